@@ -1,0 +1,19 @@
+# Install rules and the package config that lets a downstream project find_package(hkfac).
+include(GNUInstallDirs)
+include(CMakePackageConfigHelpers)
+
+install(TARGETS hkfac_runtime EXPORT hkfacTargets
+        LIBRARY DESTINATION ${CMAKE_INSTALL_LIBDIR}
+        ARCHIVE DESTINATION ${CMAKE_INSTALL_LIBDIR}
+        RUNTIME DESTINATION ${CMAKE_INSTALL_BINDIR})
+install(DIRECTORY runtime/include/hkfac DESTINATION ${CMAKE_INSTALL_INCLUDEDIR})
+
+install(EXPORT hkfacTargets NAMESPACE hkfac:: DESTINATION ${CMAKE_INSTALL_LIBDIR}/cmake/hkfac)
+configure_package_config_file(cmake/hkfacConfig.cmake.in
+                              "${PROJECT_BINARY_DIR}/hkfacConfig.cmake"
+                              INSTALL_DESTINATION ${CMAKE_INSTALL_LIBDIR}/cmake/hkfac)
+write_basic_package_version_file("${PROJECT_BINARY_DIR}/hkfacConfigVersion.cmake"
+                                 COMPATIBILITY SameMinorVersion)
+install(FILES "${PROJECT_BINARY_DIR}/hkfacConfig.cmake"
+              "${PROJECT_BINARY_DIR}/hkfacConfigVersion.cmake"
+        DESTINATION ${CMAKE_INSTALL_LIBDIR}/cmake/hkfac)

@@ -1,0 +1,55 @@
+// Private helpers for the per-kernel dispatch functions in runtime/src/kernels/.
+#pragma once
+
+#include <HalideRuntime.h>
+
+#include <string>
+#include <vector>
+
+#include "hkfac/buffer.h"
+#include "hkfac/device.h"
+#include "hkfac/error.h"
+
+namespace hkfac::detail {
+
+// The message of the last halide_error raised on this thread (captured by our error handler).
+std::string take_last_halide_error();
+
+// Throws hkfac::Error naming the kernel, device and Halide's own message when `code` != 0.
+void check_halide_result(int code, const char *kernel, Device d);
+
+// Generated functions take non-const halide_buffer_t*; inputs are never written, but a CUDA call
+// records its device allocation in the buffer so later calls reuse it instead of re-uploading.
+template <typename T> halide_buffer_t *raw(const Buffer<T> &b) {
+  return const_cast<halide_buffer_t *>(b.raw_buffer());
+}
+
+// Shape checks with messages that name the argument.
+void expect_dims(const halide_buffer_t *b, int dims, const char *kernel, const char *arg);
+void expect_extent(const halide_buffer_t *b, int dim, int extent, const char *kernel,
+                   const char *arg);
+// A matrix's (rows, cols) from its buffer.
+int rows_of(const halide_buffer_t *b);
+int cols_of(const halide_buffer_t *b);
+
+} // namespace hkfac::detail
+
+// HKFAC_RUN(kernel_name, device, args...) calls hkfac_k_<kernel_name>_cpu or _cuda and turns a
+// failure into hkfac::Error. The CUDA branch exists only when the build has CUDA variants.
+#if HKFAC_HAVE_CUDA
+#define HKFAC_CUDA_BRANCH(name, ...) hkfac_k_##name##_cuda(__VA_ARGS__)
+#else
+#define HKFAC_CUDA_BRANCH(name, ...) (::hkfac::require_device(::hkfac::Device::cuda), -1)
+#endif
+#define HKFAC_RUN(name, dev, ...)                                                                  \
+  do {                                                                                             \
+    const ::hkfac::Device hkfac_dev_ = (dev);                                                      \
+    int hkfac_rc_;                                                                                 \
+    if (hkfac_dev_ == ::hkfac::Device::cuda) {                                                     \
+      ::hkfac::require_device(hkfac_dev_);                                                         \
+      hkfac_rc_ = HKFAC_CUDA_BRANCH(name, __VA_ARGS__);                                            \
+    } else {                                                                                       \
+      hkfac_rc_ = hkfac_k_##name##_cpu(__VA_ARGS__);                                               \
+    }                                                                                              \
+    ::hkfac::detail::check_halide_result(hkfac_rc_, #name, hkfac_dev_);                            \
+  } while (0)

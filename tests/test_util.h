@@ -1,0 +1,57 @@
+// Shared helpers for the test suites: random inputs, device parameters, comparisons.
+#pragma once
+
+#include <gtest/gtest.h>
+
+#include <Eigen/Core>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "hkfac/buffer.h"
+#include "hkfac/device.h"
+
+namespace hkfac::testing {
+
+// Every device a kernel test runs on; CUDA cases skip at run time when no device is usable.
+inline std::vector<Device> all_devices() { return {Device::cpu, Device::cuda}; }
+
+inline std::string device_param_name(const ::testing::TestParamInfo<Device> &info) {
+  return device_name(info.param);
+}
+
+// Call first in a device-parameterised test body.
+#define HKFAC_SKIP_IF_UNAVAILABLE(dev)                                                             \
+  do {                                                                                             \
+    if ((dev) == ::hkfac::Device::cuda && !::hkfac::cuda_status().usable) {                        \
+      GTEST_SKIP() << "CUDA not usable: " << ::hkfac::cuda_status().reason;                        \
+    }                                                                                              \
+  } while (0)
+
+// A rows x cols buffer of uniform values in [-1, 1], reproducible from `seed`.
+inline Buffer<float> random_matrix(int rows, int cols, unsigned seed) {
+  Buffer<float> b = make_matrix<float>(rows, cols);
+  std::mt19937 rng(seed);
+  std::uniform_real_distribution<float> u(-1.0f, 1.0f);
+  b.for_each_value([&](float &v) { v = u(rng); });
+  return b;
+}
+
+inline Buffer<float> random_vector(int n, unsigned seed, float lo = -1.0f, float hi = 1.0f) {
+  Buffer<float> b = make_vector<float>(n);
+  std::mt19937 rng(seed);
+  std::uniform_real_distribution<float> u(lo, hi);
+  b.for_each_value([&](float &v) { v = u(rng); });
+  return b;
+}
+
+// A copy of a buffer's contents as a double-precision Eigen matrix (the reference's precision).
+inline Eigen::MatrixXd to_eigen_d(Buffer<float> &b) { return as_eigen(b).cast<double>(); }
+
+// max |a - b| / max(1, max |b|): relative error against the reference's scale.
+inline double rel_error(const Eigen::MatrixXd &a, const Eigen::MatrixXd &ref) {
+  double scale = std::max(1.0, ref.cwiseAbs().maxCoeff());
+  return (a - ref).cwiseAbs().maxCoeff() / scale;
+}
+
+} // namespace hkfac::testing
