@@ -117,4 +117,16 @@ const halide_device_interface_t *device_interface(Device d) {
 #endif
 }
 
+void synchronize(Device d) {
+  if (d == Device::cpu) return;
+  const halide_device_interface_t *iface = device_interface(d);
+  // The CUDA runtime synchronises the whole context; it does not need a buffer.
+  if (iface && iface->device_sync) {
+    if (int rc = iface->device_sync(nullptr, nullptr); rc != 0) {
+      throw Error("synchronize: device " + std::string(device_name(d)) + " failed with Halide error " +
+                  std::to_string(rc));
+    }
+  }
+}
+
 } // namespace hkfac

@@ -25,7 +25,7 @@ hkfac::bench::Register reg([](bool) {
       auto ge = std::make_shared<hkfac::RowMajorMatrix<float>>(
           hkfac::RowMajorMatrix<float>::Constant(n, p, 0.5f));
       return std::vector<hkfac::bench::Contender>{
-          {"halide", [=] { hkfac::kernels::diagonal_ema(*d, *g, 0.95f, 1.0f / n, hkfac::Device::cpu); }},
+          {"halide", [=] { hkfac::kernels::diagonal_ema(*d, *g, 0.95f, 1.0f / n, hkfac::bench::device()); }},
           {"eigen", [=] {
              *de = 0.95f * *de + (1.0f / n) * ge->array().square().colwise().sum().transpose().matrix();
            }}};

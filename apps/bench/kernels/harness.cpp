@@ -15,6 +15,8 @@ std::vector<std::function<std::vector<Case>(bool)>> &registry() {
   return r;
 }
 
+hkfac::Device g_device = hkfac::Device::cpu;
+
 double now_s() {
   return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch())
       .count();
@@ -30,6 +32,7 @@ double median(std::vector<double> v) {
 double time_calls(const Contender &c, int iters) {
   double t0 = now_s();
   for (int i = 0; i < iters; i++) c.run();
+  hkfac::synchronize(g_device);
   return (now_s() - t0) / iters;
 }
 
@@ -39,7 +42,10 @@ Register::Register(std::function<std::vector<Case>(bool)> cases) {
   registry().push_back(std::move(cases));
 }
 
+hkfac::Device device() { return g_device; }
+
 int run_all(const Options &opt) {
+  g_device = opt.device;
   std::ostringstream md;
   std::vector<Case> cases;
   for (auto &f : registry()) {
@@ -54,7 +60,16 @@ int run_all(const Options &opt) {
      << "|---|---|---|---|---|---|\n";
   for (const Case &c : cases) {
     std::vector<Contender> cs = c.make();
-    if (opt.quick) cs.resize(1);
+    if (opt.quick && cs.size() > 1) cs.resize(1);
+    if (g_device == hkfac::Device::cuda) {
+      // On the GPU only the generated kernel and a device anchor (cuBLAS) are comparable.
+      std::vector<Contender> gpu;
+      for (Contender &x : cs) {
+        if (x.name == "halide" || x.name == "cublas") gpu.push_back(x);
+      }
+      cs = gpu;
+    }
+    if (cs.empty()) continue;
     // Warm up, then choose iterations per round so each contender runs >= min_round_s.
     std::vector<int> iters(cs.size(), 1);
     for (size_t i = 0; i < cs.size(); i++) {

@@ -5,10 +5,12 @@
 #include <string>
 #include <vector>
 
+#include "hkfac/device.h"
+
 namespace hkfac::bench {
 
 struct Contender {
-  std::string name;          // "halide", "openblas", "eigen", ...
+  std::string name;          // "halide", "openblas", "eigen", "cublas", ...
   std::function<void()> run; // one call of the operation; must leave results where checked
 };
 
@@ -26,7 +28,11 @@ struct Register {
   explicit Register(std::function<std::vector<Case>(bool quick)> cases);
 };
 
+// The device the generated kernels run on in this run (--device); cases pass it to the kernels.
+hkfac::Device device();
+
 struct Options {
+  hkfac::Device device = hkfac::Device::cpu;
   bool quick = false;     // demo mode: few rounds, generated kernels only
   int rounds = 15;        // interleaved rounds (median taken over these)
   double min_round_s = 0.02;

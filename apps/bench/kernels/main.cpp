@@ -14,6 +14,8 @@ int main(int argc, char **argv) {
       std::string a = argv[i];
       if (a == "--quick") {
         opt.quick = true;
+      } else if (a.rfind("--device=", 0) == 0) {
+        opt.device = hkfac::parse_device(a.substr(9), "--device");
       } else if (a.rfind("--rounds=", 0) == 0) {
         opt.rounds = std::stoi(a.substr(9));
       } else if (a.rfind("--only=", 0) == 0) {
@@ -23,13 +25,13 @@ int main(int argc, char **argv) {
       } else {
         std::fprintf(stderr,
                      "kernel_bench: unknown argument '%s'\n"
-                     "usage: kernel_bench [--quick] [--rounds=N] [--only=GROUP] [--markdown=FILE]\n",
+                     "usage: kernel_bench [--device=cpu|cuda|auto] [--quick] [--rounds=N] [--only=GROUP] [--markdown=FILE]\n",
                      a.c_str());
         return 2;
       }
     }
     const auto &cuda = hkfac::cuda_status();
-    std::printf("device: %s (CUDA %s)\n", hkfac::device_name(hkfac::default_device()),
+    std::printf("device: %s (CUDA %s)\n", hkfac::device_name(opt.device),
                 cuda.usable ? cuda.device_name.c_str() : cuda.reason.c_str());
     return hkfac::bench::run_all(opt);
   } catch (const std::exception &e) {

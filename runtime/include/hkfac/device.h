@@ -39,4 +39,8 @@ void require_device(Device d);
 // Halide's device interface for `d` (nullptr for cpu).
 const halide_device_interface_t *device_interface(Device d);
 
+// Waits until all kernels launched on `d` have finished (CUDA launches are asynchronous); a no-op
+// for cpu. Timings of device kernels need it.
+void synchronize(Device d);
+
 } // namespace hkfac
