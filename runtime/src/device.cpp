@@ -27,7 +27,8 @@ CudaStatus probe_cuda() {
   // The same library Halide's CUDA runtime loads; probing it ourselves keeps a missing driver a
   // clear status instead of a kernel failure.
   void *lib = dlopen("libcuda.so.1", RTLD_LAZY | RTLD_LOCAL);
-  if (!lib) lib = dlopen("libcuda.so", RTLD_LAZY | RTLD_LOCAL);
+  if (!lib)
+    lib = dlopen("libcuda.so", RTLD_LAZY | RTLD_LOCAL);
   if (!lib) {
     s.reason = "libcuda (the NVIDIA driver library) is not installed";
     return s;
@@ -46,7 +47,9 @@ CudaStatus probe_cuda() {
   }
   if (int rc = init(0); rc != 0) {
     s.reason = "cuInit failed with CUDA error " + std::to_string(rc) +
-               (rc == 100 ? " (no CUDA-capable device)" : rc == 34 ? " (stub driver library)" : "");
+               (rc == 100  ? " (no CUDA-capable device)"
+                : rc == 34 ? " (stub driver library)"
+                           : "");
     return s;
   }
   if (int rc = count(&s.device_count); rc != 0 || s.device_count < 1) {
@@ -75,8 +78,10 @@ const CudaStatus &cuda_status() {
 }
 
 Device parse_device(std::string_view text, std::string_view what) {
-  if (text == "cpu") return Device::cpu;
-  if (text == "auto") return cuda_status().usable ? Device::cuda : Device::cpu;
+  if (text == "cpu")
+    return Device::cpu;
+  if (text == "auto")
+    return cuda_status().usable ? Device::cuda : Device::cpu;
   if (text == "cuda") {
     require_device(Device::cuda);
     return Device::cuda;
@@ -102,13 +107,16 @@ void set_default_device(Device d) {
 }
 
 void require_device(Device d) {
-  if (d == Device::cpu) return;
+  if (d == Device::cpu)
+    return;
   const CudaStatus &s = cuda_status();
-  if (!s.usable) throw Error("device cuda requested but CUDA is not usable: " + s.reason);
+  if (!s.usable)
+    throw Error("device cuda requested but CUDA is not usable: " + s.reason);
 }
 
 const halide_device_interface_t *device_interface(Device d) {
-  if (d == Device::cpu) return nullptr;
+  if (d == Device::cpu)
+    return nullptr;
   require_device(d);
 #if HKFAC_HAVE_CUDA
   return halide_cuda_device_interface();
@@ -118,13 +126,14 @@ const halide_device_interface_t *device_interface(Device d) {
 }
 
 void synchronize(Device d) {
-  if (d == Device::cpu) return;
+  if (d == Device::cpu)
+    return;
   const halide_device_interface_t *iface = device_interface(d);
   // The CUDA runtime synchronises the whole context; it does not need a buffer.
   if (iface && iface->device_sync) {
     if (int rc = iface->device_sync(nullptr, nullptr); rc != 0) {
-      throw Error("synchronize: device " + std::string(device_name(d)) + " failed with Halide error " +
-                  std::to_string(rc));
+      throw Error("synchronize: device " + std::string(device_name(d)) +
+                  " failed with Halide error " + std::to_string(rc));
     }
   }
 }

@@ -3,8 +3,8 @@
 
 #include <HalideRuntime.h>
 
+#include <deque>
 #include <string>
-#include <vector>
 
 #include "hkfac/buffer.h"
 #include "hkfac/device.h"
@@ -24,10 +24,43 @@ template <typename T> halide_buffer_t *raw(const Buffer<T> &b) {
   return const_cast<halide_buffer_t *>(b.raw_buffer());
 }
 
+// Halide 14 emits the masked loads/stores of vector tails with the alignment their index implies,
+// ignoring the base pointer, so a kernel can fault on a host pointer that is not vector-aligned
+// (e.g. a wrapped Eigen matrix, 16-byte aligned). hkfac's own buffers are 128-byte aligned; for
+// others, AlignedArgs stages an aligned copy on the CPU, and copies outputs back once the kernel
+// succeeded (commit()). Aliased arguments (in-place kernels) share one copy.
+class AlignedArgs {
+public:
+  explicit AlignedArgs(Device d) : device_(d) {}
+  AlignedArgs(const AlignedArgs &) = delete;
+  AlignedArgs &operator=(const AlignedArgs &) = delete;
+  ~AlignedArgs();
+
+  halide_buffer_t *in(const Buffer<float> &b) { return stage(raw(b), false); }
+  halide_buffer_t *out(Buffer<float> &b) { return stage(b.raw_buffer(), true); }
+  void commit() { committed_ = true; }
+
+private:
+  struct Staged {
+    halide_buffer_t *original;
+    Buffer<float> copy;
+    bool written;
+  };
+  halide_buffer_t *stage(halide_buffer_t *b, bool written);
+
+  Device device_;
+  bool committed_ = false;
+  std::deque<Staged> staged_; // a deque: earlier copies must not move
+};
+
 // Shape checks with messages that name the argument.
 void expect_dims(const halide_buffer_t *b, int dims, const char *kernel, const char *arg);
 void expect_extent(const halide_buffer_t *b, int dim, int extent, const char *kernel,
                    const char *arg);
+// A 2-D buffer of exactly rows x cols, and a 1-D buffer of n elements.
+void expect_matrix(const halide_buffer_t *b, int rows, int cols, const char *kernel,
+                   const char *arg);
+void expect_vector(const halide_buffer_t *b, int n, const char *kernel, const char *arg);
 // A matrix's (rows, cols) from its buffer.
 int rows_of(const halide_buffer_t *b);
 int cols_of(const halide_buffer_t *b);

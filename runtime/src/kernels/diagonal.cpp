@@ -16,7 +16,10 @@ void diagonal_ema(Buffer<float> &d, const Buffer<float> &g, float a, float b, De
   detail::expect_dims(d.raw_buffer(), 1, k, "d");
   detail::expect_dims(g.raw_buffer(), 2, k, "g");
   detail::expect_extent(g.raw_buffer(), 0, d.dim(0).extent(), k, "g");
-  HKFAC_RUN(diagonal_ema, dev, d.raw_buffer(), detail::raw(g), a, b, d.raw_buffer());
+  detail::AlignedArgs args(dev);
+  halide_buffer_t *dd = args.out(d);
+  HKFAC_RUN(diagonal_ema, dev, dd, args.in(g), a, b, dd);
+  args.commit();
 }
 
 void diagonal_matpower(Buffer<float> &u, const Buffer<float> &g, const Buffer<float> &d,
@@ -30,8 +33,9 @@ void diagonal_matpower(Buffer<float> &u, const Buffer<float> &g, const Buffer<fl
   detail::expect_dims(d.raw_buffer(), 1, k, "d");
   detail::expect_extent(g.raw_buffer(), 0, u.dim(0).extent(), k, "g");
   detail::expect_extent(d.raw_buffer(), 0, u.dim(0).extent(), k, "d");
-  HKFAC_RUN(diagonal_matpower, dev, detail::raw(g), detail::raw(d), gamma, power,
-            u.raw_buffer());
+  detail::AlignedArgs args(dev);
+  HKFAC_RUN(diagonal_matpower, dev, args.in(g), args.in(d), gamma, power, args.out(u));
+  args.commit();
 }
 
 } // namespace hkfac::kernels

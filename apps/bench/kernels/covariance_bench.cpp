@@ -1,0 +1,79 @@
+// Covariance (factor) update vs OpenBLAS ssyrk (the anchor) vs Eigen's rank update.
+#include <cblas.h>
+
+#include <Eigen/Core>
+#include <memory>
+#include <random>
+
+#include "harness.h"
+#include "hkfac/kernels/covariance.h"
+
+namespace {
+
+using hkfac::Buffer;
+using RowMajor = hkfac::RowMajorMatrix<float>;
+
+struct Shape {
+  int d; // factor size: X's columns plus the homogeneous column when there is one
+  int n; // batch
+  bool homogeneous;
+};
+
+hkfac::bench::Case make_case(Shape s) {
+  hkfac::bench::Case c;
+  c.group = "covariance";
+  c.shape = "d=" + std::to_string(s.d) + " n=" + std::to_string(s.n) +
+            (s.homogeneous ? " homog" : " plain");
+  // Useful work of the symmetric product: n * d(d+1)/2 distinct entries, 2 flops each.
+  c.flops = double(s.n) * s.d * (s.d + 1);
+  c.make = [s] {
+    const int d = s.d, n = s.n, dx = s.homogeneous ? d - 1 : d;
+    const float a = 0.95f, b = 0.05f / n;
+    std::mt19937 rng(d + n);
+    std::uniform_real_distribution<float> u(-1.0f, 1.0f);
+    auto x = std::make_shared<Buffer<float>>(hkfac::make_matrix<float>(n, dx));
+    x->for_each_value([&](float &v) { v = u(rng); });
+    auto cov = std::make_shared<Buffer<float>>(hkfac::make_matrix<float>(d, d));
+    // OpenBLAS and Eigen get X̄ materialised (they have no implicit ones column).
+    auto xbar = std::make_shared<RowMajor>(RowMajor::Ones(n, d));
+    xbar->leftCols(dx) = hkfac::as_eigen(*x);
+    auto c_blas = std::make_shared<RowMajor>(RowMajor::Zero(d, d));
+    auto c_eigen = std::make_shared<RowMajor>(RowMajor::Zero(d, d));
+    return std::vector<hkfac::bench::Contender>{
+        {"halide",
+         [=] {
+           hkfac::kernels::covariance_update(*cov, *x, a, b, s.homogeneous, hkfac::Device::cpu);
+         }},
+        // ssyrk updates one triangle only (C <- b X̄ᵀX̄ + a C), the least any caller can ask for.
+        {"openblas",
+         [=] {
+           cblas_ssyrk(CblasRowMajor, CblasUpper, CblasTrans, d, n, b, xbar->data(), d, a,
+                       c_blas->data(), d);
+         }},
+        {"eigen", [=] {
+           *c_eigen *= a;
+           c_eigen->selfadjointView<Eigen::Upper>().rankUpdate(xbar->transpose(), b);
+         }}};
+  };
+  return c;
+}
+
+hkfac::bench::Register reg([](bool quick) {
+  std::vector<Shape> shapes;
+  if (quick) {
+    shapes = {{257, 128, true}};
+  } else {
+    for (int d : {21, 257, 1001}) {
+      for (int n : {128, 1000})
+        shapes.push_back({d, n, true});
+    }
+    shapes.push_back({1001, 128, false});
+    shapes.push_back({1001, 1000, false});
+  }
+  std::vector<hkfac::bench::Case> out;
+  for (const Shape &s : shapes)
+    out.push_back(make_case(s));
+  return out;
+});
+
+} // namespace

@@ -1,0 +1,5 @@
+# Covariance (K-FAC factor) update; the untiled variant serves X narrower than one tile.
+add_halide_generator(hkfac_gen_covariance SOURCES covariance.cpp)
+hkfac_add_kernel(covariance_update FROM hkfac_gen_covariance GENERATOR hkfac_covariance_update)
+hkfac_add_kernel(covariance_update_small FROM hkfac_gen_covariance
+                 GENERATOR hkfac_covariance_update PARAMS tiled=false)

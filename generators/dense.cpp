@@ -1,0 +1,175 @@
+// Dense layer kernels: Y = act(X W + b) with the activation fused, and the matching backward pass.
+#include "Halide.h"
+
+#include "matmul_schedule.h"
+
+namespace {
+
+using namespace Halide;
+
+enum class Act { identity, tanh, relu, sigmoid };
+
+const std::map<std::string, Act> kActNames = {{"identity", Act::identity},
+                                              {"tanh", Act::tanh},
+                                              {"relu", Act::relu},
+                                              {"sigmoid", Act::sigmoid}};
+
+// exp and tanh lower to scalar libm calls on x86; fast_exp is a vectorised polynomial (error in
+// the last few bits) that is only valid without overflow, hence the clamps. Past |z| = 40
+// (tanh) or 80 (sigmoid) the float result is already saturated.
+Expr exp_clamped(const Expr &z, float limit) { return fast_exp(clamp(z, -limit, limit)); }
+Expr tanh_via_exp(const Expr &z) { return 1.0f - 2.0f / (exp_clamped(2.0f * z, 80.0f) + 1.0f); }
+
+Expr activate(Act act, const Expr &z) {
+  switch (act) {
+  case Act::tanh:
+    return tanh_via_exp(z);
+  case Act::relu:
+    return max(z, 0.0f);
+  case Act::sigmoid:
+    return 1.0f / (1.0f + exp_clamped(-z, 80.0f));
+  case Act::identity:
+    break;
+  }
+  return z;
+}
+
+// act'(z) expressed through y = act(z), so the backward pass needs only the forward's output.
+Expr derivative_from_output(Act act, const Expr &y) {
+  switch (act) {
+  case Act::tanh:
+    return 1.0f - y * y;
+  case Act::relu:
+    return select(y > 0.0f, 1.0f, 0.0f);
+  case Act::sigmoid:
+    return y * (1.0f - y);
+  case Act::identity:
+    break;
+  }
+  return 1.0f;
+}
+
+// Elementwise outputs: rows in parallel, vectors along a row.
+void schedule_elementwise(Func f, const Var &j, const Var &i, const Target &t) {
+  if (t.has_gpu_feature()) {
+    Var jo("jo"), io("io"), ji("ji"), ii("ii");
+    f.gpu_tile(j, i, jo, io, ji, ii, 32, 8, TailStrategy::GuardWithIf);
+  } else {
+    f.vectorize(j, t.natural_vector_size<float>(), TailStrategy::GuardWithIf)
+        .parallel(i, 8, TailStrategy::GuardWithIf);
+  }
+}
+
+// Y = act(X W + b). X is (batch x d_in), W (d_in x d_out), b (d_out), Y (batch x d_out).
+class DenseForward : public Generator<DenseForward> {
+public:
+  GeneratorParam<Act> activation{"activation", Act::identity, kActNames};
+
+  Input<Buffer<float>> X{"X", 2};
+  Input<Buffer<float>> W{"W", 2};
+  Input<Buffer<float>> b{"b", 1};
+  Output<Buffer<float>> Y{"Y", 2};
+
+  void generate() {
+    Expr batch = X.dim(1).extent(), d_in = X.dim(0).extent(), d_out = W.dim(0).extent();
+    x(k, i) = X(k, i);
+    w(j, k) = W(j, k);
+    hkfac::sched::Matmul xw("xw", x, w, batch, d_out, d_in, get_target());
+    bias(j) = b(j);
+    Y(j, i) = activate(activation, xw(j, i) + bias(j));
+
+    X.set_estimates({{0, 784}, {0, 128}});
+    W.set_estimates({{0, 1000}, {0, 784}});
+    b.set_estimates({{0, 1000}});
+    Y.set_estimates({{0, 1000}, {0, 128}});
+    xw.schedule(Y, j, i);
+    // Halide 14 emits the masked loads of a vector tail with the alignment implied by the
+    // index alone; a 1-D user buffer (e.g. an Eigen vector) need not be 64-byte aligned, so the
+    // bias is read from an aligned internal copy.
+    bias.compute_root();
+  }
+
+private:
+  Var j{"j"}, i{"i"}, k{"k"};
+  Func x{"x"}, w{"w"}, bias{"bias"};
+};
+
+// dZ = dY ⊙ act'(Z) (from Y), dX = dZ Wᵀ, dW = Xᵀ dZ, db = Σ_rows dZ — one pipeline so dZ is
+// computed once and read by the three reductions.
+class DenseBackward : public Generator<DenseBackward> {
+public:
+  GeneratorParam<Act> activation{"activation", Act::identity, kActNames};
+
+  Input<Buffer<float>> dY{"dY", 2};
+  Input<Buffer<float>> Y{"Y", 2};
+  Input<Buffer<float>> X{"X", 2};
+  Input<Buffer<float>> W{"W", 2};
+  Output<Buffer<float>> dZ{"dZ", 2};
+  Output<Buffer<float>> dX{"dX", 2};
+  Output<Buffer<float>> dW{"dW", 2};
+  Output<Buffer<float>> db{"db", 1};
+
+  void generate() {
+    Expr batch = X.dim(1).extent(), d_in = X.dim(0).extent(), d_out = W.dim(0).extent();
+    dZ(j, i) = dY(j, i) * derivative_from_output(activation, Y(j, i));
+
+    // dX(j, i) = Σ_k dZ(k, i) W(j, k)ᵀ; dW(j, i) = Σ_k X(i, k)ᵀ dZ(j, k).
+    dz_rows(k, i) = dZ(k, i);
+    w_t(j, k) = W(k, j);
+    hkfac::sched::Matmul dz_wt("dz_wt", dz_rows, w_t, batch, d_in, d_out, get_target());
+    dX(j, i) = dz_wt(j, i);
+
+    x_t(k, i) = X(i, k);
+    dz_cols(j, k) = dZ(j, k);
+    hkfac::sched::Matmul xt_dz("xt_dz", x_t, dz_cols, d_in, d_out, batch, get_target());
+    dW(j, i) = xt_dz(j, i);
+
+    RDom r(0, batch, "r");
+    col_sum(j) = 0.0f;
+    col_sum(j) += dZ(j, r);
+    db(j) = col_sum(j);
+
+    dY.set_estimates({{0, 1000}, {0, 128}});
+    Y.set_estimates({{0, 1000}, {0, 128}});
+    X.set_estimates({{0, 784}, {0, 128}});
+    W.set_estimates({{0, 1000}, {0, 784}});
+    dZ.set_estimates({{0, 1000}, {0, 128}});
+    dX.set_estimates({{0, 784}, {0, 128}});
+    dW.set_estimates({{0, 1000}, {0, 784}});
+    db.set_estimates({{0, 1000}});
+
+    dY.dim(0).set_bounds(0, d_out).dim(1).set_bounds(0, batch);
+    Y.dim(0).set_bounds(0, d_out).dim(1).set_bounds(0, batch);
+    schedule_elementwise(dZ, j, i, get_target());
+    dz_wt.schedule(dX, j, i);
+    xt_dz.schedule(dW, j, i);
+    schedule_column_sum(r);
+  }
+
+private:
+  Var j{"j"}, i{"i"}, k{"k"};
+  Func dz_rows{"dz_rows"}, w_t{"w_t"}, x_t{"x_t"}, dz_cols{"dz_cols"}, col_sum{"col_sum"};
+
+  // db: each lane owns a column and walks down the rows (contiguous vector loads). The sums
+  // live in an internal (aligned) buffer: Halide 14 emits a vector tail's masked loads and
+  // stores with the alignment implied by the index alone, which a 1-D user buffer need not
+  // have; db itself is then a plain scalar copy of d_out floats.
+  void schedule_column_sum(const RDom &r) {
+    col_sum.compute_root();
+    if (get_target().has_gpu_feature()) {
+      Var jo("jo"), ji("ji");
+      col_sum.gpu_tile(j, jo, ji, 64, TailStrategy::GuardWithIf);
+      col_sum.update().gpu_tile(j, jo, ji, 64, TailStrategy::GuardWithIf);
+      db.gpu_tile(j, jo, ji, 64, TailStrategy::GuardWithIf);
+    } else {
+      const int vec = natural_vector_size<float>();
+      col_sum.vectorize(j, vec, TailStrategy::GuardWithIf);
+      col_sum.update().reorder(j, r.x).vectorize(j, vec, TailStrategy::GuardWithIf);
+    }
+  }
+};
+
+} // namespace
+
+HALIDE_REGISTER_GENERATOR(DenseForward, hkfac_dense_forward)
+HALIDE_REGISTER_GENERATOR(DenseBackward, hkfac_dense_backward)

@@ -1,0 +1,16 @@
+# General matrix multiply: one kernel library per (transpose_a, transpose_b) pair.
+add_halide_generator(hkfac_gen_gemm SOURCES gemm.cpp)
+foreach (ta IN ITEMS n t)
+  foreach (tb IN ITEMS n t)
+    set(ta_bool false)
+    set(tb_bool false)
+    if (ta STREQUAL "t")
+      set(ta_bool true)
+    endif ()
+    if (tb STREQUAL "t")
+      set(tb_bool true)
+    endif ()
+    hkfac_add_kernel(gemm_${ta}${tb} FROM hkfac_gen_gemm GENERATOR hkfac_gemm
+                     PARAMS transpose_a=${ta_bool} transpose_b=${tb_bool})
+  endforeach ()
+endforeach ()

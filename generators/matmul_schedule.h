@@ -1,0 +1,200 @@
+// The one matrix-product building block every GEMM-like generator uses: algorithm + schedules.
+//
+// Matmul models p(j, i) = Σ_k a(k, i) · b(j, k) — in the hkfac convention M(col, row), i.e. the
+// product of an (m x K) matrix `a` and a (K x n) matrix `b` — and owns how it is computed:
+//
+//  * the product is a 4-D Func tile(jj, ii, jt, it) holding one C x R output tile per (jt, it);
+//    the consumer reads it through operator()(j, i), so an epilogue (alpha/beta, bias,
+//    activation) fuses into the tile's consumer.
+//  * b is read through b_pack(jj, k, jt): a C-column panel, zero-padded past n, so the inner loop
+//    never needs a tail case; a is read through a_rows(ii, k, it), rows clamped to m - 1 (rows
+//    past m compute values nobody stores). Transposed operands differ only in these two reads.
+//  * CPU: a tile is 3 vectors x 8 rows = 24 accumulators held in registers while k runs
+//    innermost (per k: 3 vector loads of the packed panel, 8 broadcasts of a, 24 FMAs). A
+//    parallel task is a block of rows x a block of column panels; for each column panel and
+//    k-slice of kKSlice, the b panel slice is packed once into a fixed-size stack buffer (L1
+//    sized, never malloc'd: large per-call heap buffers cost more in page faults than packing
+//    itself) and reused by every tile of the task's row block. a needs no packing: its 8 rows
+//    are 8 sequential streams (or, transposed, 8 adjacent floats per k).
+//  * GPU: a tile is one thread block's output (64 x 32 on 16 x 8 threads, 4 x 4 outputs per
+//    thread, columns 16 apart for coalescing), with each 16-deep k-slice of both operands
+//    staged through shared memory. Untested on hardware here; see schedule_gpu.
+#pragma once
+
+#include "Halide.h"
+
+#include <string>
+
+namespace hkfac::sched {
+
+class Matmul {
+public:
+  // a(k, i): i < m rows, k < depth; b(j, k): j < n columns. a and b are usually inlined Funcs
+  // (transposes, elementwise scaling) over the real inputs.
+  Matmul(const std::string &name, Halide::Func a, Halide::Func b, Halide::Expr m, Halide::Expr n,
+         Halide::Expr depth, const Halide::Target &target)
+      : m_(m), n_(n), gpu_(target.has_gpu_feature()),
+        vec_(gpu_ ? 1 : target.natural_vector_size<float>()), cols_(gpu_ ? 64 : 3 * vec_),
+        rows_(gpu_ ? 32 : 8), a_rows_(name + "_a_rows"), b_pack_(name + "_b_pack"),
+        tile_(name + "_tile") {
+    using namespace Halide;
+    RDom k(0, depth, name + "_k");
+    k_ = k.x;
+    Expr row = it_ * rows_ + ii_, col = jt_ * cols_ + jj_;
+    a_rows_(ii_, kv_, it_) = a(kv_, min(row, m - 1));
+    b_pack_(jj_, kv_, jt_) = select(col < n, b(min(col, n - 1), kv_), 0.0f);
+    tile_(jj_, ii_, jt_, it_) = 0.0f;
+    tile_(jj_, ii_, jt_, it_) += a_rows_(ii_, k, it_) * b_pack_(jj_, k, jt_);
+  }
+
+  // The product at output coordinate (j, i); the consumer must cover [0, n) x [0, m) from 0.
+  Halide::Expr operator()(const Halide::Expr &j, const Halide::Expr &i) const {
+    return tile_(j % cols_, i % rows_, j / cols_, i / rows_);
+  }
+
+  // Tiles `out` (whose pure vars are j, i and which reads operator()(j, i)) and computes one
+  // tile of accumulators per output tile. `out` is compute_root (or an output) and bound to
+  // [0, n) x [0, m).
+  void schedule_cpu(Halide::Func out, const Halide::Var &j, const Halide::Var &i) {
+    using namespace Halide;
+    bind(out, j, i);
+    Var jt("jt"), it("it"), jj("jj"), ii("ii"), jv("jv"), itt("itt"), jtt("jtt"), rb("rb"),
+        cb("cb"), task("task");
+    // A task is a block of rows x a block of column panels: row blocks bound how often b is
+    // re-packed, column blocks keep both cores busy when m is small.
+    out.split(i, it, ii, rows_, TailStrategy::GuardWithIf)
+        .split(j, jt, jj, cols_, TailStrategy::GuardWithIf)
+        .split(it, rb, itt, kTilesPerTask, TailStrategy::GuardWithIf)
+        .split(jt, cb, jtt, kPanelsPerTask, TailStrategy::GuardWithIf)
+        .reorder(jj, ii, itt, jtt, cb, rb)
+        .fuse(cb, rb, task)
+        .parallel(task)
+        .split(jj, jj, jv, vec_, TailStrategy::Predicate)
+        .vectorize(jv)
+        .unroll(jj)
+        .unroll(ii);
+
+    // One column panel of the task's row block: kTilesPerTask tiles of accumulators.
+    Var tv("tv");
+    tile_.compute_at(out, jtt)
+        .bound(jj_, 0, cols_)
+        .bound(ii_, 0, rows_)
+        .bound_storage(jt_, 1)
+        .bound_storage(it_, kTilesPerTask)
+        .store_in(MemoryType::Stack)
+        .split(jj_, jj_, tv, vec_)
+        .vectorize(tv)
+        .unroll(jj_)
+        .unroll(ii_);
+    RVar kb("kb"), ki("ki");
+    tile_.update()
+        .split(k_, kb, ki, kKSlice, TailStrategy::GuardWithIf)
+        .split(jj_, jj_, tv, vec_)
+        .reorder(tv, jj_, ii_, ki, jt_, it_, kb)
+        .vectorize(tv)
+        .unroll(jj_)
+        .unroll(ii_);
+
+    b_pack_.compute_at(tile_, kb)
+        .bound_storage(jj_, cols_)
+        .bound_storage(kv_, kKSlice)
+        .bound_storage(jt_, 1)
+        .store_in(MemoryType::Stack)
+        .split(jj_, jj_, tv, vec_)
+        .reorder(tv, jj_, kv_, jt_)
+        .vectorize(tv)
+        .unroll(jj_);
+  }
+
+  void schedule_gpu(Halide::Func out, const Halide::Var &j, const Halide::Var &i) {
+    using namespace Halide;
+    bind(out, j, i);
+    // A 64 x 32 block tile on 16 x 8 threads: each thread owns a 4 x 4 register block whose
+    // columns are 16 apart so a warp's loads and stores are coalesced.
+    const int tx_n = 16, ty_n = 8, k_slice = 16;
+    Var jt("jt"), it("it"), jj("jj"), ii("ii"), jr("jr"), ir("ir"), tx("tx"), ty("ty");
+    out.split(i, it, ii, rows_, TailStrategy::GuardWithIf)
+        .split(j, jt, jj, cols_, TailStrategy::GuardWithIf)
+        .split(jj, jr, tx, tx_n)
+        .split(ii, ir, ty, ty_n)
+        .reorder(jr, ir, tx, ty, jt, it)
+        .gpu_blocks(jt, it)
+        .gpu_threads(tx, ty)
+        .unroll(jr)
+        .unroll(ir);
+
+    // Known limitation: Halide 14 gives every thread its own copy of this block-level
+    // Register allocation, indexed by thread id, so ptxas places it in local memory (an
+    // 8 KiB depot per thread) instead of registers. Correct, but slow; a thread-level tile
+    // needs index math that simplifies per thread (a tile Func with explicit thread dims).
+    tile_.compute_at(out, jt)
+        .bound(jj_, 0, cols_)
+        .bound(ii_, 0, rows_)
+        .store_in(MemoryType::Register)
+        .split(jj_, jr, tx, tx_n)
+        .split(ii_, ir, ty, ty_n)
+        .reorder(jr, ir, tx, ty, jt_, it_)
+        .gpu_threads(tx, ty)
+        .unroll(jr)
+        .unroll(ir);
+    RVar ko("ko"), ki("ki");
+    tile_.update()
+        .split(k_, ko, ki, k_slice)
+        .split(jj_, jr, tx, tx_n)
+        .split(ii_, ir, ty, ty_n)
+        .reorder(jr, ir, ki, tx, ty, jt_, it_, ko)
+        .gpu_threads(tx, ty)
+        .unroll(jr)
+        .unroll(ir);
+
+    // Each k-slice of both panels is loaded once per block into shared memory by the block's
+    // own 16 x 8 threads.
+    Var sx("sx"), so("so"), ky("ky"), ko_s("ko_s");
+    a_rows_.in(tile_)
+        .compute_at(tile_, ko)
+        .store_in(MemoryType::GPUShared)
+        .split(ii_, so, sx, tx_n)
+        .split(kv_, ko_s, ky, ty_n)
+        .reorder(sx, ky, so, ko_s, it_)
+        .gpu_threads(sx, ky)
+        .unroll(so)
+        .unroll(ko_s);
+    b_pack_.in(tile_)
+        .compute_at(tile_, ko)
+        .store_in(MemoryType::GPUShared)
+        .split(jj_, so, sx, tx_n)
+        .split(kv_, ko_s, ky, ty_n)
+        .reorder(sx, ky, so, ko_s, jt_)
+        .gpu_threads(sx, ky)
+        .unroll(so)
+        .unroll(ko_s);
+  }
+
+  // Chooses by target; the usual entry point.
+  void schedule(Halide::Func out, const Halide::Var &j, const Halide::Var &i) {
+    if (gpu_) {
+      schedule_gpu(out, j, i);
+    } else {
+      schedule_cpu(out, j, i);
+    }
+  }
+
+private:
+  // The tile index arithmetic in operator() simplifies only when the consumer starts at 0.
+  void bind(Halide::Func out, const Halide::Var &j, const Halide::Var &i) {
+    out.bound(j, 0, n_).bound(i, 0, m_);
+  }
+
+  Halide::Expr m_, n_;
+  bool gpu_;
+  int vec_, cols_, rows_;
+  Halide::Var jj_{"jj"}, ii_{"ii"}, jt_{"jt"}, it_{"it"}, kv_{"kv"};
+  Halide::RVar k_;
+  // Tiles (rows) and column panels per parallel task, and the k-slice length: a packed b slice
+  // (cols x kKSlice floats, 24 KiB) stays in L1 while the task's tiles stream a past it.
+  // Measured side by side: 3x8 tiles beat 4x6 and 2x12; kKSlice 256 ties 128.
+  static constexpr int kTilesPerTask = 32, kPanelsPerTask = 4, kKSlice = 128;
+  Halide::Func a_rows_, b_pack_, tile_;
+};
+
+} // namespace hkfac::sched

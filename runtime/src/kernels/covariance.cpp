@@ -1,0 +1,39 @@
+// Dispatch for the covariance (K-FAC factor) update kernel.
+#include "hkfac/kernels/covariance.h"
+
+#include "dispatch.h"
+#include "hkfac_k_covariance_update_cpu.h"
+#include "hkfac_k_covariance_update_small_cpu.h"
+#if HKFAC_HAVE_CUDA
+#include "hkfac_k_covariance_update_cuda.h"
+#include "hkfac_k_covariance_update_small_cuda.h"
+#endif
+
+namespace hkfac::kernels {
+
+namespace {
+// The generator's tile width (generators/covariance.cpp, kTile): the tiled kernel needs X to be
+// at least one tile wide.
+constexpr int kTile = 32;
+} // namespace
+
+void covariance_update(Buffer<float> &C, const Buffer<float> &X, float a, float b, bool homogeneous,
+                       Device dev) {
+  constexpr const char *k = "covariance_update";
+  detail::expect_dims(C.raw_buffer(), 2, k, "C");
+  detail::expect_dims(X.raw_buffer(), 2, k, "X");
+  const int d = detail::cols_of(X.raw_buffer()) + (homogeneous ? 1 : 0);
+  detail::expect_extent(C.raw_buffer(), 0, d, k, "C");
+  detail::expect_extent(C.raw_buffer(), 1, d, k, "C");
+  // The kernel reads homogeneity from the shapes: C one wider than X means a ones column.
+  detail::AlignedArgs args(dev);
+  halide_buffer_t *c = args.out(C), *x = args.in(X);
+  if (detail::cols_of(X.raw_buffer()) >= kTile) {
+    HKFAC_RUN(covariance_update, dev, c, x, a, b, c);
+  } else {
+    HKFAC_RUN(covariance_update_small, dev, c, x, a, b, c);
+  }
+  args.commit();
+}
+
+} // namespace hkfac::kernels

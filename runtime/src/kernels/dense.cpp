@@ -1,0 +1,88 @@
+// Dispatch for the dense layer kernels: shape checks, then the library built for the activation.
+#include "hkfac/kernels/dense.h"
+
+#include "dispatch.h"
+#include "hkfac_k_dense_backward_identity_cpu.h"
+#include "hkfac_k_dense_backward_relu_cpu.h"
+#include "hkfac_k_dense_backward_sigmoid_cpu.h"
+#include "hkfac_k_dense_backward_tanh_cpu.h"
+#include "hkfac_k_dense_forward_identity_cpu.h"
+#include "hkfac_k_dense_forward_relu_cpu.h"
+#include "hkfac_k_dense_forward_sigmoid_cpu.h"
+#include "hkfac_k_dense_forward_tanh_cpu.h"
+#if HKFAC_HAVE_CUDA
+#include "hkfac_k_dense_backward_identity_cuda.h"
+#include "hkfac_k_dense_backward_relu_cuda.h"
+#include "hkfac_k_dense_backward_sigmoid_cuda.h"
+#include "hkfac_k_dense_backward_tanh_cuda.h"
+#include "hkfac_k_dense_forward_identity_cuda.h"
+#include "hkfac_k_dense_forward_relu_cuda.h"
+#include "hkfac_k_dense_forward_sigmoid_cuda.h"
+#include "hkfac_k_dense_forward_tanh_cuda.h"
+#endif
+
+namespace hkfac::kernels {
+
+void dense_forward(Buffer<float> &Y, const Buffer<float> &X, const Buffer<float> &W,
+                   const Buffer<float> &b, Activation act, Device dev) {
+  constexpr const char *k = "dense_forward";
+  detail::expect_dims(X.raw_buffer(), 2, k, "X");
+  detail::expect_dims(W.raw_buffer(), 2, k, "W");
+  const int batch = rows(X), d_in = cols(X), d_out = cols(W);
+  detail::expect_matrix(W.raw_buffer(), d_in, d_out, k, "W");
+  detail::expect_vector(b.raw_buffer(), d_out, k, "b");
+  detail::expect_matrix(Y.raw_buffer(), batch, d_out, k, "Y");
+  detail::AlignedArgs args(dev);
+  halide_buffer_t *x = args.in(X), *w = args.in(W), *bias = args.in(b), *y = args.out(Y);
+  switch (act) {
+  case Activation::identity:
+    HKFAC_RUN(dense_forward_identity, dev, x, w, bias, y);
+    break;
+  case Activation::tanh:
+    HKFAC_RUN(dense_forward_tanh, dev, x, w, bias, y);
+    break;
+  case Activation::relu:
+    HKFAC_RUN(dense_forward_relu, dev, x, w, bias, y);
+    break;
+  case Activation::sigmoid:
+    HKFAC_RUN(dense_forward_sigmoid, dev, x, w, bias, y);
+    break;
+  }
+  args.commit();
+}
+
+void dense_backward(Buffer<float> &dZ, Buffer<float> &dX, Buffer<float> &dW, Buffer<float> &db,
+                    const Buffer<float> &dY, const Buffer<float> &Y, const Buffer<float> &X,
+                    const Buffer<float> &W, Activation act, Device dev) {
+  constexpr const char *k = "dense_backward";
+  detail::expect_dims(X.raw_buffer(), 2, k, "X");
+  detail::expect_dims(W.raw_buffer(), 2, k, "W");
+  const int batch = rows(X), d_in = cols(X), d_out = cols(W);
+  detail::expect_matrix(W.raw_buffer(), d_in, d_out, k, "W");
+  detail::expect_matrix(dY.raw_buffer(), batch, d_out, k, "dY");
+  detail::expect_matrix(Y.raw_buffer(), batch, d_out, k, "Y");
+  detail::expect_matrix(dZ.raw_buffer(), batch, d_out, k, "dZ");
+  detail::expect_matrix(dX.raw_buffer(), batch, d_in, k, "dX");
+  detail::expect_matrix(dW.raw_buffer(), d_in, d_out, k, "dW");
+  detail::expect_vector(db.raw_buffer(), d_out, k, "db");
+  detail::AlignedArgs args(dev);
+  halide_buffer_t *dy = args.in(dY), *y = args.in(Y), *x = args.in(X), *w = args.in(W),
+                  *dz = args.out(dZ), *dx = args.out(dX), *dw = args.out(dW), *dbias = args.out(db);
+  switch (act) {
+  case Activation::identity:
+    HKFAC_RUN(dense_backward_identity, dev, dy, y, x, w, dz, dx, dw, dbias);
+    break;
+  case Activation::tanh:
+    HKFAC_RUN(dense_backward_tanh, dev, dy, y, x, w, dz, dx, dw, dbias);
+    break;
+  case Activation::relu:
+    HKFAC_RUN(dense_backward_relu, dev, dy, y, x, w, dz, dx, dw, dbias);
+    break;
+  case Activation::sigmoid:
+    HKFAC_RUN(dense_backward_sigmoid, dev, dy, y, x, w, dz, dx, dw, dbias);
+    break;
+  }
+  args.commit();
+}
+
+} // namespace hkfac::kernels

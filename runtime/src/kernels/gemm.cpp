@@ -1,0 +1,45 @@
+// Dispatch for the general matrix multiply: picks the library generated for the transpose pair.
+#include "hkfac/kernels/gemm.h"
+
+#include "dispatch.h"
+#include "hkfac_k_gemm_nn_cpu.h"
+#include "hkfac_k_gemm_nt_cpu.h"
+#include "hkfac_k_gemm_tn_cpu.h"
+#include "hkfac_k_gemm_tt_cpu.h"
+#if HKFAC_HAVE_CUDA
+#include "hkfac_k_gemm_nn_cuda.h"
+#include "hkfac_k_gemm_nt_cuda.h"
+#include "hkfac_k_gemm_tn_cuda.h"
+#include "hkfac_k_gemm_tt_cuda.h"
+#endif
+
+namespace hkfac::kernels {
+
+void gemm(Buffer<float> &C, const Buffer<float> &A, Transpose ta, const Buffer<float> &B,
+          Transpose tb, float alpha, float beta, Device dev) {
+  constexpr const char *k = "gemm";
+  detail::expect_dims(C.raw_buffer(), 2, k, "C");
+  detail::expect_dims(A.raw_buffer(), 2, k, "A");
+  detail::expect_dims(B.raw_buffer(), 2, k, "B");
+  const bool at = ta == Transpose::yes, bt = tb == Transpose::yes;
+  // op(A) is (m x depth), op(B) (depth x n); a transposed operand swaps its buffer dimensions.
+  const int m = rows(C), n = cols(C);
+  const int depth = at ? rows(A) : cols(A);
+  detail::expect_extent(A.raw_buffer(), at ? 0 : 1, m, k, "A");
+  detail::expect_extent(B.raw_buffer(), bt ? 0 : 1, depth, k, "B");
+  detail::expect_extent(B.raw_buffer(), bt ? 1 : 0, n, k, "B");
+  detail::AlignedArgs args(dev);
+  halide_buffer_t *c = args.out(C), *a = args.in(A), *b = args.in(B);
+  if (!at && !bt) {
+    HKFAC_RUN(gemm_nn, dev, a, b, c, alpha, beta, c);
+  } else if (!at && bt) {
+    HKFAC_RUN(gemm_nt, dev, a, b, c, alpha, beta, c);
+  } else if (at && !bt) {
+    HKFAC_RUN(gemm_tn, dev, a, b, c, alpha, beta, c);
+  } else {
+    HKFAC_RUN(gemm_tt, dev, a, b, c, alpha, beta, c);
+  }
+  args.commit();
+}
+
+} // namespace hkfac::kernels

@@ -1,0 +1,133 @@
+// Covariance update against a double-precision Eigen reference, on CPU and (when present) CUDA.
+#include "hkfac/kernels/covariance.h"
+
+#include "test_util.h"
+
+namespace hkfac {
+namespace {
+
+using testing::random_matrix;
+using testing::rel_error;
+using testing::to_eigen_d;
+
+// A random symmetric d x d matrix (the update's precondition on C).
+Buffer<float> random_symmetric(int d, unsigned seed) {
+  Buffer<float> c = random_matrix(d, d, seed);
+  auto m = as_eigen(c);
+  for (int i = 0; i < d; i++) {
+    for (int j = 0; j < i; j++)
+      m(j, i) = m(i, j);
+  }
+  return c;
+}
+
+// a*C + b*X̄ᵀX̄ in double, X̄ = [X, 1] when homogeneous.
+Eigen::MatrixXd reference(const Eigen::MatrixXd &c0, const Eigen::MatrixXd &x, double a, double b,
+                          bool homogeneous) {
+  Eigen::MatrixXd xbar(x.rows(), x.cols() + (homogeneous ? 1 : 0));
+  xbar.leftCols(x.cols()) = x;
+  if (homogeneous)
+    xbar.rightCols(1).setOnes();
+  return a * c0 + b * xbar.transpose() * xbar;
+}
+
+// True when every C(i, j) has the same bits as C(j, i).
+bool exactly_symmetric(Buffer<float> &c) {
+  auto m = as_eigen(c);
+  for (int i = 0; i < m.rows(); i++) {
+    for (int j = 0; j < i; j++) {
+      if (m(i, j) != m(j, i))
+        return false;
+    }
+  }
+  return true;
+}
+
+class CovarianceKernels : public ::testing::TestWithParam<Device> {};
+
+TEST_P(CovarianceKernels, InPlaceUpdateMatchesEigenAndIsExactlySymmetric) {
+  const Device dev = GetParam();
+  HKFAC_SKIP_IF_UNAVAILABLE(dev);
+  const float a = 0.9f, b = 0.3f;
+  for (bool homogeneous : {false, true}) {
+    for (int d : {1, 7, 129, 1001}) {
+      for (int n : {1, 7, 128, 1000}) {
+        // The two largest shapes together are slow in the double reference; one of them suffices.
+        if (d == 1001 && n == 1000 && homogeneous)
+          continue;
+        const int dc = d + (homogeneous ? 1 : 0);
+        Buffer<float> x = random_matrix(n, d, 31 * d + n);
+        Buffer<float> c = random_symmetric(dc, 17 * d + n);
+        const Eigen::MatrixXd ref = reference(to_eigen_d(c), to_eigen_d(x), a, b, homogeneous);
+        kernels::covariance_update(c, x, a, b, homogeneous, dev);
+        to_host(c);
+        // Sums of n products of values in [-1, 1]: scale the tolerance with the batch.
+        EXPECT_LT(rel_error(to_eigen_d(c), ref), 2e-6 * std::sqrt(double(n)))
+            << "d=" << d << " n=" << n << " homogeneous=" << homogeneous;
+        EXPECT_TRUE(exactly_symmetric(c))
+            << "d=" << d << " n=" << n << " homogeneous=" << homogeneous;
+      }
+    }
+  }
+}
+
+TEST_P(CovarianceKernels, WidthsAroundOneTileMatchEigen) {
+  const Device dev = GetParam();
+  HKFAC_SKIP_IF_UNAVAILABLE(dev);
+  // The kernel vectorises whole rows of X from 16 columns, switches from its untiled to its tiled
+  // variant at 32, and tiles
+  // columns in 32s with an edge strip for the rest.
+  for (int d : {15, 16, 20, 31, 32, 33, 63, 64, 65}) {
+    for (bool homogeneous : {false, true}) {
+      Buffer<float> x = random_matrix(5, d, d);
+      Buffer<float> c = random_symmetric(d + (homogeneous ? 1 : 0), d + 1);
+      const Eigen::MatrixXd ref = reference(to_eigen_d(c), to_eigen_d(x), 1.5, -0.5, homogeneous);
+      kernels::covariance_update(c, x, 1.5f, -0.5f, homogeneous, dev);
+      to_host(c);
+      EXPECT_LT(rel_error(to_eigen_d(c), ref), 1e-5) << "d=" << d << " homogeneous=" << homogeneous;
+      EXPECT_TRUE(exactly_symmetric(c)) << "d=" << d << " homogeneous=" << homogeneous;
+    }
+  }
+}
+
+TEST_P(CovarianceKernels, RepeatedUpdatesAccumulateTheEma) {
+  const Device dev = GetParam();
+  HKFAC_SKIP_IF_UNAVAILABLE(dev);
+  const int d = 40, n = 16;
+  Buffer<float> c = random_symmetric(d + 1, 5);
+  Eigen::MatrixXd ref = to_eigen_d(c);
+  for (int step = 0; step < 3; step++) {
+    Buffer<float> x = random_matrix(n, d, 100 + step);
+    ref = reference(ref, to_eigen_d(x), 0.5, 2.0, true);
+    kernels::covariance_update(c, x, 0.5f, 2.0f, true, dev);
+  }
+  to_host(c);
+  EXPECT_LT(rel_error(to_eigen_d(c), ref), 1e-5);
+  EXPECT_TRUE(exactly_symmetric(c));
+}
+
+TEST(CovarianceKernelsErrors, ShapeMismatchNamesTheArgument) {
+  auto expect_names = [](Buffer<float> &c, const Buffer<float> &x, bool homogeneous,
+                         const std::string &arg) {
+    try {
+      kernels::covariance_update(c, x, 1.0f, 1.0f, homogeneous, Device::cpu);
+      FAIL() << "expected hkfac::Error for '" << arg << "'";
+    } catch (const Error &e) {
+      EXPECT_NE(std::string(e.what()).find("'" + arg + "'"), std::string::npos) << e.what();
+    }
+  };
+  Buffer<float> x = make_matrix<float>(10, 4);
+  Buffer<float> c4 = make_matrix<float>(4, 4), c5 = make_matrix<float>(5, 5);
+  Buffer<float> c45 = make_matrix<float>(4, 5);
+  expect_names(c4, x, true, "C");  // homogeneous needs 5 x 5
+  expect_names(c5, x, false, "C"); // plain needs 4 x 4
+  expect_names(c45, x, false, "C");
+  Buffer<float> x1 = make_vector<float>(4);
+  expect_names(c4, x1, false, "X");
+}
+
+INSTANTIATE_TEST_SUITE_P(AllDevices, CovarianceKernels, ::testing::ValuesIn(testing::all_devices()),
+                         testing::device_param_name);
+
+} // namespace
+} // namespace hkfac
