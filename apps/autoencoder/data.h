@@ -1,0 +1,29 @@
+// Training data for the autoencoder: random vectors or Fashion-MNIST images.
+#pragma once
+
+#include <random>
+#include <string>
+
+#include "hkfac/kfac/types.h"
+
+namespace autoencoder {
+
+// A fixed pool of examples, served as shuffled mini-batches whose targets are the inputs.
+class Dataset {
+public:
+  // "random": `random_examples` vectors of 20 uniform values in [0, 1];
+  // "fashion_mnist": the 60000 training images (784 pixels scaled to [0, 1]) read from
+  // `mnist_dir`. Throws hkfac::Error naming the file when it cannot be read.
+  static Dataset load(const std::string &kind, const std::string &mnist_dir, unsigned seed,
+                      int random_examples = 10000);
+
+  int dim() const { return static_cast<int>(examples_.cols()); }
+  int size() const { return static_cast<int>(examples_.rows()); }
+  hkfac::kfac::Batch next_batch(int batch_size);
+
+private:
+  hkfac::kfac::Matrix examples_;
+  std::mt19937 rng_;
+};
+
+} // namespace autoencoder

@@ -1,0 +1,108 @@
+// The interface every curvature block implements, and the factory that picks a block per tag.
+#pragma once
+
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "hkfac/kfac/model.h"
+
+namespace hkfac::kfac {
+
+// What one curvature estimation produced for a tag: the forward's recorded inputs and one
+// per-example output-gradient matrix per backward pass (the exact modes run one pass per output
+// coordinate; the others one). The curvature contribution of the batch is
+// Σ_passes (per-example statistic) / batch_size. Conv2d records hold batch_size·locations rows.
+struct BlockBatch {
+  const Matrix *inputs = nullptr;
+  std::vector<Matrix> output_grads;
+  int batch_size = 0;
+};
+
+// A block of the block-diagonal curvature approximation: the curvature of one tagged layer's
+// parameters, estimated as a weighted moving average and inverted with damping.
+//
+// The moving average is kept unnormalised, as in the spec's Math section: a weight w and a sum S
+// updated by w <- ema_old·w + ema_new and S <- ema_old·S + ema_new·X_batch, the estimate being
+// S / w. That makes burn-in (ema_old = 1, ema_new = 1/n: a plain mean over n batches) and normal
+// steps (ema_old = curvature_ema, ema_new = 1) one operation, and keeps early estimates unbiased.
+//
+// Vectors are lists of matrices shaped like the tag's parameters (LayerTag::params order).
+// multiply_matpower(v, +1, γ) applies the damped curvature the block's inverse inverts, so
+// (+1 then -1) is the identity; -1 uses the inverse of the last update_inverse — K-FAC refreshes
+// inverses only every inverse_update_period steps, on purpose.
+class CurvatureBlock {
+public:
+  // `model_shapes` are all of the model's parameter shapes; the block keeps its tag's.
+  CurvatureBlock(LayerTag tag, const std::vector<ParamShape> &model_shapes);
+  virtual ~CurvatureBlock() = default;
+
+  virtual std::string name() const = 0;
+  const LayerTag &tag() const { return tag_; }
+  const std::vector<ParamShape> &shapes() const { return shapes_; }
+  // Number of scalar parameters the block covers.
+  int dim() const { return dim_; }
+  double ema_weight() const { return weight_; }
+
+  // Resets the estimate to empty (w = 0, S = 0) and drops any inverse.
+  void init();
+  void update_curvature_estimate(float ema_old, float ema_new, const BlockBatch &batch);
+  // Recomputes the cached inverse of the damped estimate; diagonal_weight = l2_reg + damping.
+  virtual void update_inverse(float diagonal_weight) = 0;
+  std::vector<Matrix> multiply_matpower(const std::vector<Matrix> &vec, int exp,
+                                        float diagonal_weight) const;
+  // The undamped estimate as a dense dim() x dim() matrix over the flattened parameters
+  // (row-major per tensor, tensors concatenated): for tests and debugging only.
+  virtual Eigen::MatrixXd full_curvature() const = 0;
+
+protected:
+  virtual void reset() = 0;
+  // S <- ema_old·S + ema_new·X_batch (the base class updates w).
+  virtual void accumulate(float ema_old, float ema_new, const BlockBatch &batch) = 0;
+  virtual std::vector<Matrix> matpower(const std::vector<Matrix> &vec, int exp,
+                                       float diagonal_weight) const = 0;
+  // 1/w, or 0 before the first update (an empty estimate reads as zero curvature).
+  float inverse_weight() const { return weight_ > 0.0 ? static_cast<float>(1.0 / weight_) : 0.0f; }
+  [[noreturn]] void fail(const std::string &what) const;
+
+  // Flattening used by the full and diagonal blocks (1 x dim()).
+  Matrix flatten(const std::vector<Matrix> &vec) const;
+  std::vector<Matrix> unflatten(const Matrix &flat) const;
+
+private:
+  LayerTag tag_;
+  std::vector<ParamShape> shapes_;
+  int dim_ = 0;
+  double weight_ = 0.0;
+};
+
+// The block types a tag can get; layer_tag_to_block overrides the defaults.
+enum class BlockKind {
+  dense_two_kronecker_factored, // default for dense
+  naive_diagonal,               // default for generic
+  scale_and_shift_diagonal,     // default for scale_and_shift
+  scale_and_shift_full,
+  naive_full, // a.k.a. DenseFull: the full covariance of any tag's per-example gradients
+  conv2d_two_kronecker_factored, // default for conv2d (KFC)
+};
+const char *block_kind_name(BlockKind kind);
+// Accepts the names above plus the class-style spellings ("DenseTwoKroneckerFactored",
+// "NaiveDiagonal", "ScaleAndShiftDiagonal", "ScaleAndShiftFull", "NaiveFull", "DenseFull").
+BlockKind parse_block_kind(const std::string &text);
+BlockKind default_block_kind(TagKind kind);
+
+struct BlockOptions {
+  // DenseTwoKroneckerFactored: eigendecomposition route (exact damping) instead of pi-adjusted
+  // Cholesky inverses.
+  bool use_exact_inverses = false;
+  // Check factors for symmetry / finiteness after every update (the optimizer's debug mode).
+  bool debug_checks = false;
+};
+
+// A block of `kind` for `tag`; `shapes` are the model's parameter shapes. Throws hkfac::Error when
+// the kind cannot handle the tag (e.g. a Kronecker-factored block for a generic tag).
+std::unique_ptr<CurvatureBlock> make_block(BlockKind kind, const LayerTag &tag,
+                                           const std::vector<ParamShape> &shapes,
+                                           const BlockOptions &options = {});
+
+} // namespace hkfac::kfac

@@ -1,0 +1,200 @@
+// The K-FAC optimizer: options, the value-function contract, step statistics, and the step.
+#pragma once
+
+#include <any>
+#include <functional>
+#include <limits>
+#include <map>
+#include <optional>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "hkfac/kfac/estimator.h"
+#include "hkfac/kfac/losses.h"
+#include "hkfac/kfac/model.h"
+
+namespace hkfac::kfac {
+
+// What the user's value function may use besides registering losses. rng(), state() and
+// set_aux() are only available when the matching value_func_has_* option is set (the same
+// contract as kfac_ferminet_alpha's flags); using one without its flag throws hkfac::Error.
+class ValueContext {
+public:
+  ValueContext(LossRegistry &losses, std::mt19937 *rng, std::any *state, bool has_aux)
+      : losses_(losses), rng_(rng), state_(state), has_aux_(has_aux) {}
+  LossRegistry &losses() { return losses_; }
+  std::mt19937 &rng();
+  std::any &state();
+  void set_aux(const std::string &name, double value);
+  const std::map<std::string, double> &aux() const { return aux_; }
+
+private:
+  LossRegistry &losses_;
+  std::mt19937 *rng_;
+  std::any *state_;
+  bool has_aux_;
+  std::map<std::string, double> aux_;
+};
+
+// Registers the losses on the model's outputs for a batch (and may set aux values). The objective
+// the optimizer minimises is
+//   L(θ) = (1/B) Σ_i Σ_losses loss_i + l2_reg/2 · ||θ||²,
+// so l2_reg is both part of the value and added to the curvature's diagonal.
+using ValueFunction =
+    std::function<void(const Matrix &outputs, const Batch &batch, ValueContext &ctx)>;
+
+// A per-step quantity as a function of the step number (0-based).
+using Schedule = std::function<double(int step)>;
+
+struct OptimizerOptions {
+  float l2_reg = 0.0f;
+  bool value_func_has_aux = false;
+  bool value_func_has_state = false;
+  bool value_func_has_rng = false;
+  // Each quantity comes from its schedule or from StepValues, never both (an error), unless it is
+  // adaptive. The momentum is 0 on the first step whatever the schedule says.
+  Schedule learning_rate_schedule;
+  Schedule momentum_schedule;
+  Schedule damping_schedule;
+  double min_damping = 1e-8;
+  double max_damping = std::numeric_limits<double>::infinity();
+  // C in: u = F̂⁻¹g, s = lr²⟨u, g⟩, u scaled by min(1, sqrt(C/s)).
+  std::optional<double> norm_constraint;
+  int num_burnin_steps = 10;
+  EstimationMode estimation_mode = EstimationMode::fisher_gradients;
+  double curvature_ema = 0.95;
+  int inverse_update_period = 5;
+  int curvature_update_period = 1;
+  bool register_only_generic = false;
+  // Tag name or kind ("dense", "dense_1", ...) -> block type ("NaiveFull", "naive_diagonal", ...).
+  std::map<std::string, std::string> layer_tag_to_block;
+  // Regexes over tag names; matching tags are treated as generic.
+  std::vector<std::string> patterns_to_skip;
+  // Applied to every batch pulled from the iterator, burn-in included.
+  std::function<Batch(const Batch &)> batch_process_func;
+  bool multi_device = false; // not supported by this build (throws)
+  // Deterministic and single-threaded kernels, plus extra checks (shapes every step, finite
+  // factors after every update).
+  bool debug = false;
+
+  // kfac-jax additions.
+  bool use_adaptive_damping = false;
+  double initial_damping = 1e-3; // the starting point of adaptive damping
+  int damping_adaptation_interval = 5;
+  // Per-adaptation factor; unset = 0.95^damping_adaptation_interval.
+  std::optional<double> damping_adaptation_decay;
+  bool use_adaptive_learning_rate = false;
+  bool use_adaptive_momentum = false;
+  bool use_exact_inverses = false;
+
+  // Factor by which damping grows when a step is rejected for a non-finite update.
+  double rejected_step_damping_factor = 10.0;
+  unsigned seed = 0;
+};
+
+// Explicit per-step values, for quantities without a schedule.
+struct StepValues {
+  std::optional<double> learning_rate;
+  std::optional<double> momentum;
+  std::optional<double> damping;
+};
+
+struct StepTimings {
+  double forward_backward_s = 0.0;
+  double curvature_update_s = 0.0;
+  double inverse_s = 0.0;
+  double precondition_s = 0.0;
+  double total_s = 0.0;
+};
+
+struct StepStats {
+  int step = 0; // 0-based index of this step
+  double loss = 0.0;
+  double learning_rate = 0.0;
+  double momentum = 0.0;
+  double damping = 0.0;
+  // Reduction ratio (L(θ+Δ) - L(θ)) / (q(Δ) - q(0)) on this step's batch, q the quadratic model
+  // with the exact curvature (+ l2_reg). Always computed; 0 for a rejected step.
+  double rho = 0.0;
+  std::map<std::string, double> aux;
+  double grad_norm = 0.0;
+  double update_norm = 0.0;
+  bool rejected = false;  // this step's update was non-finite and not applied
+  int rejected_steps = 0; // total so far
+  bool burned_in = false; // burn-in ran in this call
+  StepTimings timings;
+};
+
+// K-FAC (Martens & Grosse 2015) for a Model with registered losses.
+//
+// One step(), as the algorithm reads:
+//  1. (first call only) burn-in: pull num_burnin_steps batches and average their curvature
+//     (ema_old = 1, ema_new = 1/n), touching nothing else;
+//  2. pull a batch; forward, register losses, loss and gradient g (+ l2_reg·θ);
+//  3. every curvature_update_period steps, update the curvature estimate (ema_old =
+//     curvature_ema, ema_new = 1);
+//  4. every inverse_update_period steps (and after a rejection), refresh the block inverses with
+//     diagonal_weight = l2_reg + damping;
+//  5. precondition: u = F̂⁻¹ g;
+//  6. choose the update Δ = -lr·u + μ·v — lr, μ from schedules / StepValues (u norm-constrained),
+//     or from the 2x2 quadratic model with exact curvature products (adaptive learning rate /
+//     momentum);
+//  7. reject Δ if non-finite (damping raised, counted); otherwise compute rho, apply θ <- θ + Δ
+//     and v <- Δ **in place**, and adapt damping (Levenberg–Marquardt) every interval steps.
+class Optimizer {
+public:
+  Optimizer(Model &model, ValueFunction value_func, OptimizerOptions options);
+
+  // One step; updates `params` and the optimizer state in place. `next_batch` is the data
+  // iterator (called num_burnin_steps + 1 times on the first step, once afterwards).
+  StepStats step(Params &params, const std::function<Batch()> &next_batch,
+                 const StepValues &values = {});
+
+  const OptimizerOptions &options() const { return options_; }
+  const CurvatureEstimator &estimator() const { return estimator_; }
+  CurvatureEstimator &estimator() { return estimator_; }
+  int step_count() const { return step_; }
+  double damping() const { return damping_; }
+  const Params &velocity() const { return velocity_; }
+  std::any &value_func_state() { return state_; }
+  int inverse_updates() const { return inverse_updates_; }
+  int curvature_updates() const { return curvature_updates_; }
+
+  // The objective's value (and gradient) at `params` on `batch`, as the optimizer sees it.
+  double evaluate(const Params &params, const Batch &batch,
+                  std::map<std::string, double> *aux = nullptr);
+  Params gradient(const Params &params, const Batch &batch);
+
+private:
+  struct Resolved {
+    double learning_rate = 0.0, momentum = 0.0, damping = 0.0;
+  };
+  Resolved resolve(const StepValues &values) const;
+  Batch pull(const std::function<Batch()> &next_batch);
+  // Forward + value function; fills `losses`; returns the objective (when `with_value`).
+  double forward(const Params &params, const Batch &batch, LossRegistry &losses,
+                 std::map<std::string, double> *aux, bool with_value);
+  Params backward_gradient(const Params &params, const LossRegistry &losses);
+  void burn_in(const Params &params, const std::function<Batch()> &next_batch);
+  void check_params(const Params &params) const;
+
+  Model &model_;
+  ValueFunction value_func_;
+  OptimizerOptions options_;
+  CurvatureEstimator estimator_;
+  std::mt19937 rng_;
+  std::mt19937 value_rng_;
+  std::any state_;
+  Params velocity_;
+  int step_ = 0;
+  bool burned_in_ = false;
+  double damping_ = 0.0;     // adaptive damping's current value
+  double damping_boost_ = 1; // multiplier from rejected steps (non-adaptive damping)
+  bool force_inverse_update_ = false;
+  int rejected_steps_ = 0;
+  int inverse_updates_ = 0;
+  int curvature_updates_ = 0;
+};
+
+} // namespace hkfac::kfac

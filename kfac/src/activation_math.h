@@ -1,0 +1,40 @@
+// Elementwise activations and their derivatives from the output (internal header).
+#pragma once
+
+#include "hkfac/kernels/dense.h"
+#include "hkfac/kfac/types.h"
+
+namespace hkfac::kfac::detail {
+
+inline Matrix apply_activation(const Matrix &z, kernels::Activation act) {
+  using kernels::Activation;
+  switch (act) {
+  case Activation::identity:
+    return z;
+  case Activation::tanh:
+    return z.array().tanh().matrix();
+  case Activation::relu:
+    return z.cwiseMax(0.0f);
+  case Activation::sigmoid:
+    return (1.0f / (1.0f + (-z.array()).exp())).matrix();
+  }
+  return z;
+}
+
+// act'(z) written in terms of y = act(z), which is what the backward pass keeps.
+inline Matrix activation_derivative_from_output(const Matrix &y, kernels::Activation act) {
+  using kernels::Activation;
+  switch (act) {
+  case Activation::identity:
+    return Matrix::Ones(y.rows(), y.cols());
+  case Activation::tanh:
+    return (1.0f - y.array().square()).matrix();
+  case Activation::relu:
+    return (y.array() > 0.0f).cast<float>().matrix();
+  case Activation::sigmoid:
+    return (y.array() * (1.0f - y.array())).matrix();
+  }
+  return Matrix::Ones(y.rows(), y.cols());
+}
+
+} // namespace hkfac::kfac::detail

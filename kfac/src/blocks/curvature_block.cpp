@@ -1,0 +1,182 @@
+// The curvature-block base (moving-average bookkeeping, flattening) and the block factory.
+#include "hkfac/kfac/blocks/curvature_block.h"
+
+#include <cmath>
+
+#include "hkfac/error.h"
+#include "hkfac/kfac/blocks/dense_two_kronecker_factored.h"
+#include "hkfac/kfac/blocks/diagonal.h"
+#include "hkfac/kfac/blocks/full.h"
+
+namespace hkfac::kfac {
+
+CurvatureBlock::CurvatureBlock(LayerTag tag, const std::vector<ParamShape> &model_shapes)
+    : tag_(std::move(tag)) {
+  if (tag_.params.empty())
+    throw Error("curvature block: tag '" + tag_.name + "' has no params");
+  for (int i : tag_.params) {
+    if (i < 0 || i >= static_cast<int>(model_shapes.size())) {
+      throw Error("curvature block: tag '" + tag_.name + "' names parameter " + std::to_string(i) +
+                  ", the model has " + std::to_string(model_shapes.size()));
+    }
+    shapes_.push_back(model_shapes[i]);
+    dim_ += model_shapes[i].rows * model_shapes[i].cols;
+  }
+}
+
+void CurvatureBlock::fail(const std::string &what) const {
+  throw Error(name() + " '" + tag_.name + "': " + what);
+}
+
+void CurvatureBlock::init() {
+  weight_ = 0.0;
+  reset();
+}
+
+void CurvatureBlock::update_curvature_estimate(float ema_old, float ema_new,
+                                               const BlockBatch &batch) {
+  if (!(ema_old >= 0.0f) || !(ema_new > 0.0f) || !std::isfinite(ema_old) ||
+      !std::isfinite(ema_new)) {
+    fail("update_curvature_estimate: need finite ema_old >= 0 and ema_new > 0, got " +
+         std::to_string(ema_old) + " and " + std::to_string(ema_new));
+  }
+  if (batch.batch_size < 1)
+    fail("update_curvature_estimate: 'batch.batch_size' must be >= 1");
+  if (batch.output_grads.empty()) {
+    fail("update_curvature_estimate: 'batch.output_grads' holds no backward pass");
+  }
+  const Eigen::Index rows = static_cast<Eigen::Index>(batch.batch_size) * tag_.locations;
+  for (const Matrix &g : batch.output_grads) {
+    if (g.rows() != rows) {
+      fail("update_curvature_estimate: output gradients have " + std::to_string(g.rows()) +
+           " rows, expected batch_size x locations = " + std::to_string(rows));
+    }
+  }
+  accumulate(ema_old, ema_new, batch);
+  weight_ = ema_old * weight_ + ema_new;
+}
+
+std::vector<Matrix> CurvatureBlock::multiply_matpower(const std::vector<Matrix> &vec, int exp,
+                                                      float diagonal_weight) const {
+  if (exp != 1 && exp != -1)
+    fail("multiply_matpower: 'exp' must be +1 or -1");
+  if (!(diagonal_weight >= 0.0f) || !std::isfinite(diagonal_weight)) {
+    fail("multiply_matpower: 'diagonal_weight' must be finite and >= 0, got " +
+         std::to_string(diagonal_weight));
+  }
+  if (vec.size() != shapes_.size()) {
+    fail("multiply_matpower: 'vec' has " + std::to_string(vec.size()) + " tensors, expected " +
+         std::to_string(shapes_.size()));
+  }
+  for (size_t i = 0; i < vec.size(); ++i) {
+    if (vec[i].rows() != shapes_[i].rows || vec[i].cols() != shapes_[i].cols) {
+      fail("multiply_matpower: vec[" + std::to_string(i) + "] must be " +
+           std::to_string(shapes_[i].rows) + " x " + std::to_string(shapes_[i].cols));
+    }
+  }
+  return matpower(vec, exp, diagonal_weight);
+}
+
+Matrix CurvatureBlock::flatten(const std::vector<Matrix> &vec) const {
+  Matrix flat(1, dim_);
+  Eigen::Index at = 0;
+  for (const Matrix &m : vec) {
+    std::copy(m.data(), m.data() + m.size(), flat.data() + at);
+    at += m.size();
+  }
+  return flat;
+}
+
+std::vector<Matrix> CurvatureBlock::unflatten(const Matrix &flat) const {
+  std::vector<Matrix> out;
+  Eigen::Index at = 0;
+  for (const ParamShape &s : shapes_) {
+    Matrix m(s.rows, s.cols);
+    std::copy(flat.data() + at, flat.data() + at + m.size(), m.data());
+    at += m.size();
+    out.push_back(std::move(m));
+  }
+  return out;
+}
+
+const char *block_kind_name(BlockKind kind) {
+  switch (kind) {
+  case BlockKind::dense_two_kronecker_factored:
+    return "dense_two_kronecker_factored";
+  case BlockKind::naive_diagonal:
+    return "naive_diagonal";
+  case BlockKind::scale_and_shift_diagonal:
+    return "scale_and_shift_diagonal";
+  case BlockKind::scale_and_shift_full:
+    return "scale_and_shift_full";
+  case BlockKind::naive_full:
+    return "naive_full";
+  case BlockKind::conv2d_two_kronecker_factored:
+    return "conv2d_two_kronecker_factored";
+  }
+  return "unknown";
+}
+
+BlockKind parse_block_kind(const std::string &text) {
+  struct Name {
+    const char *name;
+    BlockKind kind;
+  };
+  static const Name names[] = {
+      {"dense_two_kronecker_factored", BlockKind::dense_two_kronecker_factored},
+      {"DenseTwoKroneckerFactored", BlockKind::dense_two_kronecker_factored},
+      {"naive_diagonal", BlockKind::naive_diagonal},
+      {"NaiveDiagonal", BlockKind::naive_diagonal},
+      {"scale_and_shift_diagonal", BlockKind::scale_and_shift_diagonal},
+      {"ScaleAndShiftDiagonal", BlockKind::scale_and_shift_diagonal},
+      {"scale_and_shift_full", BlockKind::scale_and_shift_full},
+      {"ScaleAndShiftFull", BlockKind::scale_and_shift_full},
+      {"naive_full", BlockKind::naive_full},
+      {"NaiveFull", BlockKind::naive_full},
+      {"dense_full", BlockKind::naive_full},
+      {"conv2d_two_kronecker_factored", BlockKind::conv2d_two_kronecker_factored},
+      {"Conv2DTwoKroneckerFactored", BlockKind::conv2d_two_kronecker_factored},
+      {"DenseFull", BlockKind::naive_full},
+  };
+  for (const Name &n : names) {
+    if (text == n.name)
+      return n.kind;
+  }
+  throw Error("parse_block_kind: unknown block type '" + text + "'");
+}
+
+BlockKind default_block_kind(TagKind kind) {
+  switch (kind) {
+  case TagKind::dense:
+    return BlockKind::dense_two_kronecker_factored;
+  case TagKind::scale_and_shift:
+    return BlockKind::scale_and_shift_diagonal;
+  case TagKind::conv2d:
+    return BlockKind::conv2d_two_kronecker_factored;
+  case TagKind::generic:
+    break;
+  }
+  return BlockKind::naive_diagonal;
+}
+
+std::unique_ptr<CurvatureBlock> make_block(BlockKind kind, const LayerTag &tag,
+                                           const std::vector<ParamShape> &shapes,
+                                           const BlockOptions &options) {
+  switch (kind) {
+  case BlockKind::dense_two_kronecker_factored:
+    return std::make_unique<DenseTwoKroneckerFactored>(tag, shapes, options);
+  case BlockKind::naive_diagonal:
+    return std::make_unique<NaiveDiagonal>(tag, shapes);
+  case BlockKind::scale_and_shift_diagonal:
+    return std::make_unique<ScaleAndShiftDiagonal>(tag, shapes);
+  case BlockKind::scale_and_shift_full:
+    return std::make_unique<ScaleAndShiftFull>(tag, shapes);
+  case BlockKind::naive_full:
+    return std::make_unique<NaiveFull>(tag, shapes);
+  case BlockKind::conv2d_two_kronecker_factored:
+    return std::make_unique<Conv2DTwoKroneckerFactored>(tag, shapes, options);
+  }
+  throw Error("make_block: unknown block kind");
+}
+
+} // namespace hkfac::kfac

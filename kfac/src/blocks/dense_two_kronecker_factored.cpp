@@ -1,0 +1,184 @@
+// DenseTwoKroneckerFactored: factor updates on covariance_update, products on kron_precondition.
+#include "hkfac/kfac/blocks/dense_two_kronecker_factored.h"
+
+#include <Eigen/Cholesky>
+#include <Eigen/Eigenvalues>
+#include <cmath>
+
+#include "hkfac/error.h"
+#include "ops.h"
+
+namespace hkfac::kfac {
+
+DampedFactors pi_adjusted_damped_factors(const Eigen::MatrixXd &A, const Eigen::MatrixXd &G,
+                                         double diagonal_weight) {
+  const Eigen::Index da = A.rows(), dg = G.rows();
+  const double gamma = diagonal_weight, sqrt_gamma = std::sqrt(diagonal_weight);
+  const double tr_a = A.trace(), tr_g = G.trace();
+  DampedFactors f;
+  if (!(tr_a * tr_g > 0.0)) {
+    f.A = sqrt_gamma * Eigen::MatrixXd::Identity(da, da);
+    f.G = sqrt_gamma * Eigen::MatrixXd::Identity(dg, dg);
+  } else if (da == 1 && dg == 1) {
+    f.A = Eigen::MatrixXd::Constant(1, 1, A(0, 0) * G(0, 0) + gamma);
+    f.G = Eigen::MatrixXd::Ones(1, 1);
+  } else if (da == 1) {
+    f.A = A;
+    f.G = G + (gamma / A(0, 0)) * Eigen::MatrixXd::Identity(dg, dg);
+  } else if (dg == 1) {
+    f.A = A + (gamma / G(0, 0)) * Eigen::MatrixXd::Identity(da, da);
+    f.G = G;
+  } else {
+    f.pi = std::sqrt((tr_a / static_cast<double>(da)) / (tr_g / static_cast<double>(dg)));
+    f.A = A + f.pi * sqrt_gamma * Eigen::MatrixXd::Identity(da, da);
+    f.G = G + (sqrt_gamma / f.pi) * Eigen::MatrixXd::Identity(dg, dg);
+  }
+  return f;
+}
+
+DenseTwoKroneckerFactored::DenseTwoKroneckerFactored(const LayerTag &tag,
+                                                     const std::vector<ParamShape> &shapes,
+                                                     const BlockOptions &options)
+    : DenseTwoKroneckerFactored(tag, shapes, options, TagKind::dense) {}
+
+DenseTwoKroneckerFactored::DenseTwoKroneckerFactored(const LayerTag &tag,
+                                                     const std::vector<ParamShape> &shapes,
+                                                     const BlockOptions &options, TagKind expected)
+    : CurvatureBlock(tag, shapes), options_(options) {
+  if (tag.kind != expected) {
+    throw Error(std::string(expected == TagKind::dense ? "DenseTwoKroneckerFactored"
+                                                       : "Conv2DTwoKroneckerFactored") +
+                ": tag '" + tag.name + "' is " + tag_kind_name(tag.kind) + ", expected " +
+                tag_kind_name(expected));
+  }
+  if (tag.locations < 1)
+    throw Error("tag '" + tag.name + "': locations must be >= 1");
+  const std::vector<ParamShape> &s = this->shapes();
+  if (s.size() != (tag.has_bias ? 2u : 1u) ||
+      (tag.has_bias && (s[1].rows != 1 || s[1].cols != s[0].cols))) {
+    throw Error("DenseTwoKroneckerFactored: tag '" + tag.name +
+                "' must have params {W (d_in x d_out)} or {W, b (1 x d_out)}");
+  }
+  d_in_ = s[0].rows;
+  d_out_ = s[0].cols;
+  reset();
+}
+
+void DenseTwoKroneckerFactored::reset() {
+  const int da = d_in_ + (tag().has_bias ? 1 : 0);
+  a_sum_ = Matrix::Zero(da, da);
+  g_sum_ = Matrix::Zero(d_out_, d_out_);
+  have_inverse_ = false;
+}
+
+Matrix DenseTwoKroneckerFactored::factor_a() const {
+  return a_sum_ * (inverse_weight() * static_cast<float>(tag().locations));
+}
+Matrix DenseTwoKroneckerFactored::factor_g() const { return g_sum_ * inverse_weight(); }
+
+void DenseTwoKroneckerFactored::accumulate(float ema_old, float ema_new, const BlockBatch &batch) {
+  const Eigen::Index rows = static_cast<Eigen::Index>(batch.batch_size) * tag().locations;
+  if (!batch.inputs || batch.inputs->rows() != rows || batch.inputs->cols() != d_in_) {
+    fail("update_curvature_estimate: 'batch.inputs' must be " + std::to_string(rows) + " x " +
+         std::to_string(d_in_));
+  }
+  // Averages over examples (and locations, for conv2d).
+  const float per_example = ema_new / static_cast<float>(rows);
+  ops::covariance_update(a_sum_, *batch.inputs, ema_old, per_example, tag().has_bias);
+  float decay = ema_old;
+  for (const Matrix &ds : batch.output_grads) {
+    if (ds.cols() != d_out_) {
+      fail("update_curvature_estimate: output gradients must have " + std::to_string(d_out_) +
+           " columns");
+    }
+    ops::covariance_update(g_sum_, ds, decay, per_example, false);
+    decay = 1.0f; // later passes add to this batch's contribution
+  }
+  if (options_.debug_checks && (!a_sum_.allFinite() || !g_sum_.allFinite())) {
+    fail("a factor became non-finite after update_curvature_estimate");
+  }
+}
+
+void DenseTwoKroneckerFactored::update_inverse(float diagonal_weight) {
+  if (!(diagonal_weight >= 0.0f) || !std::isfinite(diagonal_weight)) {
+    fail("update_inverse: 'diagonal_weight' must be finite and >= 0, got " +
+         std::to_string(diagonal_weight));
+  }
+  const Eigen::MatrixXd A = factor_a().cast<double>(), G = factor_g().cast<double>();
+  if (!A.allFinite() || !G.allFinite())
+    fail("update_inverse: factor A or G is not finite");
+  if (options_.use_exact_inverses) {
+    Eigen::SelfAdjointEigenSolver<Eigen::MatrixXd> ea(A), eg(G);
+    if (ea.info() != Eigen::Success || eg.info() != Eigen::Success) {
+      fail("update_inverse: eigendecomposition did not converge");
+    }
+    q_a_ = ea.eigenvectors().cast<float>();
+    q_g_ = eg.eigenvectors().cast<float>();
+    lambda_a_ = ea.eigenvalues().transpose().cast<float>().cwiseMax(0.0f);
+    lambda_g_ = eg.eigenvalues().transpose().cast<float>().cwiseMax(0.0f);
+  } else {
+    const DampedFactors f = pi_adjusted_damped_factors(A, G, diagonal_weight);
+    Eigen::LLT<Eigen::MatrixXd> la(f.A), lg(f.G);
+    if (la.info() != Eigen::Success || lg.info() != Eigen::Success) {
+      fail("update_inverse: damped factor is not positive definite (diagonal_weight " +
+           std::to_string(diagonal_weight) + " too small?)");
+    }
+    a_inv_ = la.solve(Eigen::MatrixXd::Identity(A.rows(), A.cols())).cast<float>();
+    g_inv_ = lg.solve(Eigen::MatrixXd::Identity(G.rows(), G.cols())).cast<float>();
+  }
+  have_inverse_ = true;
+}
+
+Matrix DenseTwoKroneckerFactored::stack(const std::vector<Matrix> &vec) const {
+  if (!tag().has_bias)
+    return vec[0];
+  Matrix v(d_in_ + 1, d_out_);
+  v.topRows(d_in_) = vec[0];
+  v.bottomRows(1) = vec[1];
+  return v;
+}
+
+std::vector<Matrix> DenseTwoKroneckerFactored::unstack(const Matrix &v) const {
+  if (!tag().has_bias)
+    return {v};
+  return {v.topRows(d_in_), v.bottomRows(1)};
+}
+
+std::vector<Matrix> DenseTwoKroneckerFactored::matpower(const std::vector<Matrix> &vec, int exp,
+                                                        float diagonal_weight) const {
+  const Matrix v = stack(vec);
+  Matrix u;
+  if (exp == -1) {
+    if (!have_inverse_)
+      fail("multiply_matpower(-1): update_inverse was never called");
+    if (options_.use_exact_inverses) {
+      ops::kron_precondition_eigen(u, q_a_, lambda_a_, v, q_g_, lambda_g_, diagonal_weight, -1);
+    } else {
+      ops::kron_precondition(u, a_inv_, v, g_inv_);
+    }
+    return unstack(u);
+  }
+  if (options_.use_exact_inverses) {
+    // (A ⊗ G + γI) v = A V G + γ V, from the current estimate.
+    ops::kron_precondition(u, factor_a(), v, factor_g());
+    u += diagonal_weight * v;
+  } else {
+    const DampedFactors f = pi_adjusted_damped_factors(factor_a().cast<double>(),
+                                                       factor_g().cast<double>(), diagonal_weight);
+    ops::kron_precondition(u, f.A.cast<float>(), v, f.G.cast<float>());
+  }
+  return unstack(u);
+}
+
+Eigen::MatrixXd DenseTwoKroneckerFactored::full_curvature() const {
+  const Eigen::MatrixXd A = factor_a().cast<double>(), G = factor_g().cast<double>();
+  Eigen::MatrixXd F(A.rows() * G.rows(), A.cols() * G.cols());
+  for (Eigen::Index i = 0; i < A.rows(); ++i) {
+    for (Eigen::Index j = 0; j < A.cols(); ++j) {
+      F.block(i * G.rows(), j * G.cols(), G.rows(), G.cols()) = A(i, j) * G;
+    }
+  }
+  return F;
+}
+
+} // namespace hkfac::kfac

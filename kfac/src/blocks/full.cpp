@@ -1,0 +1,81 @@
+// Full-covariance blocks on the covariance_update kernel, inverted by Cholesky.
+#include "hkfac/kfac/blocks/full.h"
+
+#include <Eigen/Cholesky>
+#include <cmath>
+
+#include "hkfac/error.h"
+#include "ops.h"
+
+namespace hkfac::kfac {
+
+void FullBlock::reset() {
+  sum_ = Matrix::Zero(dim(), dim());
+  have_inverse_ = false;
+}
+
+Matrix FullBlock::covariance() const {
+  return sum_.size() == static_cast<Eigen::Index>(dim()) * dim() ? Matrix(sum_ * inverse_weight())
+                                                                 : Matrix::Zero(dim(), dim());
+}
+
+void FullBlock::accumulate(float ema_old, float ema_new, const BlockBatch &batch) {
+  if (sum_.rows() != dim())
+    reset();
+  const float per_example = ema_new / static_cast<float>(batch.batch_size);
+  const Matrix no_inputs;
+  float decay = ema_old;
+  for (const Matrix &dy : batch.output_grads) {
+    const Matrix g = per_example_gradients(tag(), batch.inputs ? *batch.inputs : no_inputs, dy);
+    if (g.cols() != dim()) {
+      fail("update_curvature_estimate: per-example gradients have " + std::to_string(g.cols()) +
+           " columns, the block covers " + std::to_string(dim()) + " parameters");
+    }
+    ops::covariance_update(sum_, g, decay, per_example, false);
+    decay = 1.0f;
+  }
+}
+
+void FullBlock::update_inverse(float diagonal_weight) {
+  if (!(diagonal_weight >= 0.0f) || !std::isfinite(diagonal_weight)) {
+    fail("update_inverse: 'diagonal_weight' must be finite and >= 0");
+  }
+  Eigen::MatrixXd c = covariance().cast<double>();
+  if (!c.allFinite())
+    fail("update_inverse: the estimate is not finite");
+  c.diagonal().array() += diagonal_weight;
+  Eigen::LLT<Eigen::MatrixXd> llt(c);
+  if (llt.info() != Eigen::Success) {
+    fail("update_inverse: damped estimate is not positive definite (diagonal_weight " +
+         std::to_string(diagonal_weight) + " too small?)");
+  }
+  inverse_ = llt.solve(Eigen::MatrixXd::Identity(dim(), dim())).cast<float>();
+  have_inverse_ = true;
+}
+
+std::vector<Matrix> FullBlock::matpower(const std::vector<Matrix> &vec, int exp,
+                                        float diagonal_weight) const {
+  const Matrix v = flatten(vec);
+  Matrix u;
+  if (exp == -1) {
+    if (!have_inverse_)
+      fail("multiply_matpower(-1): update_inverse was never called");
+    ops::gemm(u, v, false, inverse_, false);
+  } else {
+    ops::gemm(u, v, false, covariance(), false);
+    u += diagonal_weight * v;
+  }
+  return unflatten(u);
+}
+
+Eigen::MatrixXd FullBlock::full_curvature() const { return covariance().cast<double>(); }
+
+ScaleAndShiftFull::ScaleAndShiftFull(const LayerTag &tag, const std::vector<ParamShape> &shapes)
+    : FullBlock(tag, shapes) {
+  if (tag.kind != TagKind::scale_and_shift) {
+    throw Error("ScaleAndShiftFull: tag '" + tag.name + "' is " + tag_kind_name(tag.kind) +
+                ", expected scale_and_shift");
+  }
+}
+
+} // namespace hkfac::kfac

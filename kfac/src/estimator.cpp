@@ -1,0 +1,219 @@
+// The curvature estimator: block selection and the six estimation modes.
+#include "hkfac/kfac/estimator.h"
+
+#include <cmath>
+#include <regex>
+
+#include "hkfac/error.h"
+
+namespace hkfac::kfac {
+namespace {
+
+constexpr EstimationMode kModes[] = {
+    EstimationMode::fisher_gradients, EstimationMode::fisher_empirical,
+    EstimationMode::fisher_exact,     EstimationMode::fisher_curvature_prop,
+    EstimationMode::ggn_exact,        EstimationMode::ggn_curvature_prop,
+};
+
+bool matches_any(const std::string &name, const std::vector<std::string> &patterns) {
+  for (const std::string &p : patterns) {
+    try {
+      if (std::regex_match(name, std::regex(p)))
+        return true;
+    } catch (const std::regex_error &e) {
+      throw Error("patterns_to_skip: '" + p + "' is not a valid regular expression (" + e.what() +
+                  ")");
+    }
+  }
+  return false;
+}
+
+// 1/√w, so that a weighted loss's gradient √w·∇NLL enters the outer product as w·∇∇ᵀ.
+float inverse_sqrt_weight(const LossFunction &l) {
+  return l.weight() > 0.0f ? 1.0f / std::sqrt(l.weight()) : 0.0f;
+}
+
+Matrix random_signs(Eigen::Index rows, Eigen::Index cols, std::mt19937 &rng) {
+  std::bernoulli_distribution coin(0.5);
+  return Matrix::NullaryExpr(rows, cols, [&]() { return coin(rng) ? 1.0f : -1.0f; });
+}
+
+} // namespace
+
+const char *estimation_mode_name(EstimationMode mode) {
+  switch (mode) {
+  case EstimationMode::fisher_gradients:
+    return "fisher_gradients";
+  case EstimationMode::fisher_empirical:
+    return "fisher_empirical";
+  case EstimationMode::fisher_exact:
+    return "fisher_exact";
+  case EstimationMode::fisher_curvature_prop:
+    return "fisher_curvature_prop";
+  case EstimationMode::ggn_exact:
+    return "ggn_exact";
+  case EstimationMode::ggn_curvature_prop:
+    return "ggn_curvature_prop";
+  }
+  return "unknown";
+}
+
+EstimationMode parse_estimation_mode(const std::string &text) {
+  for (EstimationMode m : kModes) {
+    if (text == estimation_mode_name(m))
+      return m;
+  }
+  throw Error("estimation_mode: expected fisher_gradients, fisher_empirical, fisher_exact, "
+              "fisher_curvature_prop, ggn_exact or ggn_curvature_prop, got '" +
+              text + "'");
+}
+
+bool is_ggn_mode(EstimationMode mode) {
+  return mode == EstimationMode::ggn_exact || mode == EstimationMode::ggn_curvature_prop;
+}
+
+CurvatureEstimator::CurvatureEstimator(const Model &model, EstimationMode mode,
+                                       const BlockSelection &selection)
+    : mode_(mode) {
+  const std::vector<ParamShape> shapes = model.param_shapes();
+  num_params_ = shapes.size();
+  std::vector<int> owner(shapes.size(), -1);
+  const std::vector<LayerTag> &tags = model.tags();
+  for (size_t t = 0; t < tags.size(); ++t) {
+    LayerTag tag = tags[t];
+    for (int p : tag.params) {
+      if (p < 0 || p >= static_cast<int>(shapes.size())) {
+        throw Error("CurvatureEstimator: tag '" + tag.name + "' names parameter " +
+                    std::to_string(p) + ", the model has " + std::to_string(shapes.size()));
+      }
+      if (owner[p] >= 0) {
+        throw Error("CurvatureEstimator: parameter " + std::to_string(p) + " (" + shapes[p].name +
+                    ") is in tags '" + tags[owner[p]].name + "' and '" + tag.name + "'");
+      }
+      owner[p] = static_cast<int>(t);
+    }
+    const bool generic =
+        selection.register_only_generic || matches_any(tag.name, selection.patterns_to_skip);
+    const TagKind effective = generic ? TagKind::generic : tag.kind;
+    BlockKind kind = default_block_kind(effective);
+    auto by_name = selection.layer_tag_to_block.find(tag.name);
+    auto by_kind = selection.layer_tag_to_block.find(tag_kind_name(effective));
+    if (by_name != selection.layer_tag_to_block.end()) {
+      kind = parse_block_kind(by_name->second);
+    } else if (by_kind != selection.layer_tag_to_block.end()) {
+      kind = parse_block_kind(by_kind->second);
+    }
+    blocks_.push_back(make_block(kind, tag, shapes, selection.block_options));
+    block_tag_.push_back(static_cast<int>(t));
+  }
+  for (const auto &[key, value] : selection.layer_tag_to_block) {
+    parse_block_kind(value); // reject typos even for keys no tag uses
+    (void)key;
+  }
+  for (size_t p = 0; p < owner.size(); ++p) {
+    if (owner[p] < 0) {
+      throw Error("CurvatureEstimator: parameter " + std::to_string(p) + " (" + shapes[p].name +
+                  ") is not covered by any layer tag");
+    }
+  }
+  init();
+}
+
+void CurvatureEstimator::init() {
+  for (auto &b : blocks_)
+    b->init();
+}
+
+void CurvatureEstimator::update_curvature_estimate(Model &model, const LossRegistry &losses,
+                                                   float ema_old, float ema_new,
+                                                   std::mt19937 &rng) {
+  if (losses.empty()) {
+    throw Error("CurvatureEstimator: no loss was registered on the model output");
+  }
+  const Matrix &out = losses.losses()[0]->inputs();
+  const Eigen::Index batch = out.rows(), width = out.cols();
+
+  std::vector<BlockBatch> batches(blocks_.size());
+  for (size_t b = 0; b < blocks_.size(); ++b) {
+    batches[b].batch_size = static_cast<int>(batch);
+    batches[b].inputs = &model.record(block_tag_[b]).inputs;
+  }
+  auto run_pass = [&](const Matrix &cotangent) {
+    model.backward(cotangent);
+    for (size_t b = 0; b < blocks_.size(); ++b) {
+      batches[b].output_grads.push_back(model.record(block_tag_[b]).output_grads);
+    }
+  };
+
+  const bool ggn = is_ggn_mode(mode_);
+  switch (mode_) {
+  case EstimationMode::fisher_gradients:
+  case EstimationMode::fisher_empirical: {
+    Matrix cot = Matrix::Zero(batch, width);
+    for (const auto &l : losses.losses()) {
+      const Matrix g = mode_ == EstimationMode::fisher_gradients ? l->gradient_on(l->sample(rng))
+                                                                 : l->gradient();
+      cot += inverse_sqrt_weight(*l) * g;
+    }
+    run_pass(cot);
+    break;
+  }
+  case EstimationMode::fisher_exact:
+  case EstimationMode::ggn_exact:
+    for (const auto &l : losses.losses()) {
+      for (int k = 0; k < l->factor_dim(); ++k) {
+        Matrix e = Matrix::Zero(batch, l->factor_dim());
+        e.col(k).setOnes();
+        run_pass(ggn ? l->multiply_hessian_factor(e) : l->multiply_fisher_factor(e));
+      }
+    }
+    break;
+  case EstimationMode::fisher_curvature_prop:
+  case EstimationMode::ggn_curvature_prop: {
+    Matrix cot = Matrix::Zero(batch, width);
+    for (const auto &l : losses.losses()) {
+      const Matrix v = random_signs(batch, l->factor_dim(), rng);
+      cot += ggn ? l->multiply_hessian_factor(v) : l->multiply_fisher_factor(v);
+    }
+    run_pass(cot);
+    break;
+  }
+  }
+  for (size_t b = 0; b < blocks_.size(); ++b) {
+    blocks_[b]->update_curvature_estimate(ema_old, ema_new, batches[b]);
+  }
+}
+
+void CurvatureEstimator::update_inverse(float diagonal_weight) {
+  for (auto &b : blocks_)
+    b->update_inverse(diagonal_weight);
+}
+
+Params CurvatureEstimator::multiply_matpower(const Params &vec, int exp,
+                                             float diagonal_weight) const {
+  if (vec.size() != num_params_) {
+    throw Error("CurvatureEstimator::multiply_matpower: 'vec' has " + std::to_string(vec.size()) +
+                " tensors, the model has " + std::to_string(num_params_));
+  }
+  Params out(vec.size());
+  for (const auto &b : blocks_) {
+    std::vector<Matrix> part;
+    for (int p : b->tag().params)
+      part.push_back(vec[p]);
+    std::vector<Matrix> res = b->multiply_matpower(part, exp, diagonal_weight);
+    for (size_t i = 0; i < res.size(); ++i)
+      out[b->tag().params[i]] = std::move(res[i]);
+  }
+  return out;
+}
+
+Matrix multiply_output_curvature(const LossRegistry &losses, const Matrix &jv, bool ggn) {
+  if (losses.empty())
+    throw Error("multiply_output_curvature: no loss was registered");
+  Matrix out = Matrix::Zero(jv.rows(), jv.cols());
+  for (const auto &l : losses.losses())
+    out += ggn ? l->multiply_hessian(jv) : l->multiply_fisher(jv);
+  return out;
+}
+
+} // namespace hkfac::kfac

@@ -1,0 +1,117 @@
+// Sequential: the layer library's Model.
+#include "hkfac/error.h"
+#include "hkfac/kfac/layers.h"
+
+namespace hkfac::kfac {
+
+Sequential::Sequential(int input_dim) : input_dim_(input_dim), output_dim_(input_dim) {
+  if (input_dim < 1) {
+    throw Error("Sequential: input_dim must be >= 1, got " + std::to_string(input_dim));
+  }
+}
+
+void Sequential::append(std::unique_ptr<Layer> layer) {
+  if (!layer)
+    throw Error("Sequential::append: 'layer' is null");
+  Stage stage;
+  stage.first_param = static_cast<int>(shapes_.size());
+  output_dim_ = layer->output_dim(output_dim_);
+  for (const ParamShape &s : layer->param_shapes())
+    shapes_.push_back(s);
+  if (std::optional<LayerTag> t = layer->tag()) {
+    int count = 0;
+    for (const LayerTag &other : tags_)
+      count += other.kind == t->kind ? 1 : 0;
+    t->name = std::string(tag_kind_name(t->kind)) + "_" + std::to_string(count);
+    for (int &p : t->params)
+      p += stage.first_param;
+    if (t->kind == TagKind::generic) {
+      t->output_dim = 0;
+      for (int p : t->params)
+        t->output_dim += shapes_[p].rows * shapes_[p].cols;
+    }
+    stage.tag = static_cast<int>(tags_.size());
+    tags_.push_back(*t);
+    records_.emplace_back();
+  }
+  for (size_t i = stage.first_param; i < shapes_.size(); ++i) {
+    shapes_[i].name = "layer" + std::to_string(layers_.size()) + "/" + shapes_[i].name;
+  }
+  stage.layer = std::move(layer);
+  layers_.push_back(std::move(stage));
+}
+
+Params Sequential::init_params(std::mt19937 &rng) const {
+  Params p;
+  for (const ParamShape &s : shapes_)
+    p.push_back(Matrix::Zero(s.rows, s.cols));
+  for (const Stage &st : layers_)
+    st.layer->initialize(p.data() + st.first_param, rng);
+  return p;
+}
+
+Matrix Sequential::forward(const Params &params, const Batch &batch) {
+  if (params.size() != shapes_.size()) {
+    throw Error("Sequential::forward: 'params' has " + std::to_string(params.size()) +
+                " tensors, the model has " + std::to_string(shapes_.size()));
+  }
+  for (size_t i = 0; i < params.size(); ++i) {
+    if (params[i].rows() != shapes_[i].rows || params[i].cols() != shapes_[i].cols) {
+      throw Error("Sequential::forward: params[" + std::to_string(i) + "] (" + shapes_[i].name +
+                  ") must be " + std::to_string(shapes_[i].rows) + " x " +
+                  std::to_string(shapes_[i].cols));
+    }
+  }
+  if (batch.inputs.cols() != input_dim_ || batch.inputs.rows() < 1) {
+    throw Error("Sequential::forward: 'batch.inputs' must have >= 1 rows and " +
+                std::to_string(input_dim_) + " columns, got " +
+                std::to_string(batch.inputs.rows()) + " x " + std::to_string(batch.inputs.cols()));
+  }
+  params_ = &params;
+  batch_size_ = batch.inputs.rows();
+  Matrix x = batch.inputs;
+  for (Stage &st : layers_) {
+    TagRecord *rec = st.tag >= 0 ? &records_[st.tag] : nullptr;
+    x = st.layer->forward(params.data() + st.first_param, x, rec);
+  }
+  return x;
+}
+
+Params Sequential::backward(const Matrix &output_cotangent) {
+  if (!params_)
+    throw Error("Sequential::backward: called before forward");
+  if (output_cotangent.rows() != batch_size_ || output_cotangent.cols() != output_dim_) {
+    throw Error("Sequential::backward: 'output_cotangent' must be " + std::to_string(batch_size_) +
+                " x " + std::to_string(output_dim_) + ", got " +
+                std::to_string(output_cotangent.rows()) + " x " +
+                std::to_string(output_cotangent.cols()));
+  }
+  Params grads = zeros_like(*params_);
+  Matrix dy = output_cotangent;
+  for (auto it = layers_.rbegin(); it != layers_.rend(); ++it) {
+    TagRecord *rec = it->tag >= 0 ? &records_[it->tag] : nullptr;
+    dy = it->layer->backward(params_->data() + it->first_param, dy, grads.data() + it->first_param,
+                             rec);
+  }
+  return grads;
+}
+
+Matrix Sequential::jvp(const Params &tangent) {
+  if (!params_)
+    throw Error("Sequential::jvp: called before forward");
+  check_same_shapes(*params_, tangent, "Sequential::jvp 'tangent'");
+  Matrix dx = Matrix::Zero(batch_size_, input_dim_);
+  for (Stage &st : layers_) {
+    dx = st.layer->jvp(params_->data() + st.first_param, tangent.data() + st.first_param, dx);
+  }
+  return dx;
+}
+
+const TagRecord &Sequential::record(int tag) const {
+  if (tag < 0 || tag >= static_cast<int>(records_.size())) {
+    throw Error("Sequential::record: 'tag' " + std::to_string(tag) + " is out of range");
+  }
+  return records_[tag];
+}
+
+} // namespace hkfac::kfac

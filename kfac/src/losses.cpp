@@ -1,0 +1,242 @@
+// The per-example losses and their registry.
+#include "hkfac/kfac/losses.h"
+
+#include <cmath>
+
+#include "hkfac/error.h"
+
+namespace hkfac::kfac {
+
+LossFunction::LossFunction(const Matrix &inputs, const Matrix *targets, float weight,
+                           const char *what)
+    : inputs_(inputs), has_targets_(targets != nullptr), weight_(weight) {
+  if (inputs.size() == 0)
+    throw Error(std::string(what) + ": the output must not be empty");
+  if (!(weight >= 0.0f) || !std::isfinite(weight)) {
+    throw Error(std::string(what) + ": 'weight' must be finite and >= 0, got " +
+                std::to_string(weight));
+  }
+  if (targets) {
+    check_targets(*targets, what);
+    targets_ = *targets;
+  }
+}
+
+const Matrix &LossFunction::targets() const {
+  if (!has_targets_)
+    throw Error(name() + ": no targets were registered with this loss");
+  return targets_;
+}
+
+void LossFunction::check_targets(const Matrix &targets, const char *what) const {
+  if (targets.rows() != inputs_.rows() || targets.cols() != inputs_.cols()) {
+    throw Error(std::string(what) + ": 'targets' must be " + std::to_string(inputs_.rows()) +
+                " x " + std::to_string(inputs_.cols()) + " like the output, got " +
+                std::to_string(targets.rows()) + " x " + std::to_string(targets.cols()));
+  }
+}
+
+void LossFunction::check_vector(const Matrix &v, Eigen::Index cols, const char *what) const {
+  if (v.rows() != inputs_.rows() || v.cols() != cols) {
+    throw Error(name() + "::" + what + ": 'v' must be " + std::to_string(inputs_.rows()) + " x " +
+                std::to_string(cols) + ", got " + std::to_string(v.rows()) + " x " +
+                std::to_string(v.cols()));
+  }
+}
+
+NormalMeanNegativeLogProbLoss::NormalMeanNegativeLogProbLoss(const Matrix &mean,
+                                                             const Matrix *targets, float variance,
+                                                             float weight)
+    : LossFunction(mean, targets, weight, "register_normal_predictive_distribution"),
+      variance_(variance) {
+  if (!(variance > 0.0f) || !std::isfinite(variance)) {
+    throw Error("register_normal_predictive_distribution: 'variance' must be finite and > 0, "
+                "got " +
+                std::to_string(variance));
+  }
+}
+
+Eigen::VectorXd NormalMeanNegativeLogProbLoss::values_on(const Matrix &targets) const {
+  check_targets(targets, "normal values_on");
+  const Eigen::MatrixXd diff = (inputs_ - targets).cast<double>();
+  return diff.rowwise().squaredNorm() * (weight_ / (2.0 * variance_));
+}
+
+Matrix NormalMeanNegativeLogProbLoss::gradient_on(const Matrix &targets) const {
+  check_targets(targets, "normal gradient_on");
+  return (inputs_ - targets) * (weight_ / variance_);
+}
+
+Matrix NormalMeanNegativeLogProbLoss::sample(std::mt19937 &rng) const {
+  std::normal_distribution<float> n(0.0f, std::sqrt(variance_));
+  return inputs_ + Matrix::NullaryExpr(inputs_.rows(), inputs_.cols(), [&]() { return n(rng); });
+}
+
+Matrix NormalMeanNegativeLogProbLoss::multiply_fisher(const Matrix &v) const {
+  check_vector(v, inputs_.cols(), "multiply_fisher");
+  return v * (weight_ / variance_);
+}
+
+Matrix NormalMeanNegativeLogProbLoss::multiply_fisher_factor(const Matrix &v) const {
+  check_vector(v, inputs_.cols(), "multiply_fisher_factor");
+  return v * std::sqrt(weight_ / variance_);
+}
+
+CategoricalLogitsNegativeLogProbLoss::CategoricalLogitsNegativeLogProbLoss(const Matrix &logits,
+                                                                           const Matrix *targets,
+                                                                           float weight)
+    : LossFunction(logits, targets, weight, "register_categorical_predictive_distribution") {}
+
+Matrix CategoricalLogitsNegativeLogProbLoss::probabilities() const {
+  Matrix p = inputs_.colwise() - inputs_.rowwise().maxCoeff();
+  p = p.array().exp().matrix();
+  return p.array().colwise() / p.rowwise().sum().array();
+}
+
+Eigen::VectorXd CategoricalLogitsNegativeLogProbLoss::values_on(const Matrix &targets) const {
+  check_targets(targets, "categorical values_on");
+  const Eigen::MatrixXd z = inputs_.cast<double>();
+  const Eigen::VectorXd m = z.rowwise().maxCoeff();
+  const Eigen::VectorXd lse = m.array() + (z.colwise() - m).array().exp().rowwise().sum().log();
+  const Eigen::MatrixXd t = targets.cast<double>();
+  // -Σ t log softmax(z) = Σt·lse - Σ t z
+  return weight_ * (t.rowwise().sum().cwiseProduct(lse) - t.cwiseProduct(z).rowwise().sum());
+}
+
+Matrix CategoricalLogitsNegativeLogProbLoss::gradient_on(const Matrix &targets) const {
+  check_targets(targets, "categorical gradient_on");
+  const Matrix p = probabilities();
+  return weight_ * (Matrix(p.array().colwise() * targets.rowwise().sum().array()) - targets);
+}
+
+Matrix CategoricalLogitsNegativeLogProbLoss::sample(std::mt19937 &rng) const {
+  const Matrix p = probabilities();
+  Matrix t = Matrix::Zero(p.rows(), p.cols());
+  std::uniform_real_distribution<float> u(0.0f, 1.0f);
+  for (Eigen::Index i = 0; i < p.rows(); ++i) {
+    const float r = u(rng);
+    float acc = 0.0f;
+    Eigen::Index k = 0;
+    for (; k + 1 < p.cols(); ++k) {
+      acc += p(i, k);
+      if (r < acc)
+        break;
+    }
+    t(i, k) = 1.0f;
+  }
+  return t;
+}
+
+Matrix CategoricalLogitsNegativeLogProbLoss::multiply_fisher(const Matrix &v) const {
+  check_vector(v, inputs_.cols(), "multiply_fisher");
+  const Matrix p = probabilities();
+  const Eigen::VectorXf pv = p.cwiseProduct(v).rowwise().sum();
+  return weight_ * (p.cwiseProduct(v) - Matrix(p.array().colwise() * pv.array()));
+}
+
+Matrix CategoricalLogitsNegativeLogProbLoss::multiply_fisher_factor(const Matrix &v) const {
+  // L = diag(√p) - p √pᵀ satisfies L Lᵀ = diag(p) - p pᵀ because Σp = 1.
+  check_vector(v, inputs_.cols(), "multiply_fisher_factor");
+  const Matrix p = probabilities();
+  const Matrix s = p.cwiseSqrt();
+  const Eigen::VectorXf sv = s.cwiseProduct(v).rowwise().sum();
+  return std::sqrt(weight_) * (s.cwiseProduct(v) - Matrix(p.array().colwise() * sv.array()));
+}
+
+MultiBernoulliNegativeLogProbLoss::MultiBernoulliNegativeLogProbLoss(const Matrix &logits,
+                                                                     const Matrix *targets,
+                                                                     float weight)
+    : LossFunction(logits, targets, weight, "register_multi_bernoulli_predictive_distribution") {}
+
+Matrix MultiBernoulliNegativeLogProbLoss::probabilities() const {
+  return (1.0f / (1.0f + (-inputs_.array()).exp())).matrix();
+}
+
+Eigen::VectorXd MultiBernoulliNegativeLogProbLoss::values_on(const Matrix &targets) const {
+  check_targets(targets, "multi_bernoulli values_on");
+  const Eigen::ArrayXXd z = inputs_.cast<double>().array();
+  const Eigen::ArrayXXd t = targets.cast<double>().array();
+  // softplus(z) - t z, written to stay finite for large |z|.
+  const Eigen::ArrayXXd v = z.max(0.0) - t * z + (-z.abs()).exp().log1p();
+  return weight_ * v.rowwise().sum().matrix();
+}
+
+Matrix MultiBernoulliNegativeLogProbLoss::gradient_on(const Matrix &targets) const {
+  check_targets(targets, "multi_bernoulli gradient_on");
+  return weight_ * (probabilities() - targets);
+}
+
+Matrix MultiBernoulliNegativeLogProbLoss::sample(std::mt19937 &rng) const {
+  const Matrix p = probabilities();
+  std::uniform_real_distribution<float> u(0.0f, 1.0f);
+  return p.unaryExpr([&](float pk) { return u(rng) < pk ? 1.0f : 0.0f; });
+}
+
+Matrix MultiBernoulliNegativeLogProbLoss::multiply_fisher(const Matrix &v) const {
+  check_vector(v, inputs_.cols(), "multiply_fisher");
+  const Matrix p = probabilities();
+  return weight_ * v.cwiseProduct(Matrix(p.array() * (1.0f - p.array())));
+}
+
+Matrix MultiBernoulliNegativeLogProbLoss::multiply_fisher_factor(const Matrix &v) const {
+  check_vector(v, inputs_.cols(), "multiply_fisher_factor");
+  const Matrix p = probabilities();
+  return std::sqrt(weight_) * v.cwiseProduct(Matrix((p.array() * (1.0f - p.array())).sqrt()));
+}
+
+void LossRegistry::register_normal_predictive_distribution(const Matrix &mean,
+                                                           const Matrix *targets, float variance,
+                                                           float weight) {
+  add(std::make_unique<NormalMeanNegativeLogProbLoss>(mean, targets, variance, weight));
+}
+
+void LossRegistry::register_squared_error_loss(const Matrix &prediction, const Matrix *targets,
+                                               float weight) {
+  add(std::make_unique<NormalMeanNegativeLogProbLoss>(prediction, targets, 0.5f, weight));
+}
+
+void LossRegistry::register_categorical_predictive_distribution(const Matrix &logits,
+                                                                const Matrix *targets,
+                                                                float weight) {
+  add(std::make_unique<CategoricalLogitsNegativeLogProbLoss>(logits, targets, weight));
+}
+
+void LossRegistry::register_multi_bernoulli_predictive_distribution(const Matrix &logits,
+                                                                    const Matrix *targets,
+                                                                    float weight) {
+  add(std::make_unique<MultiBernoulliNegativeLogProbLoss>(logits, targets, weight));
+}
+
+void LossRegistry::add(std::unique_ptr<LossFunction> loss) {
+  if (!loss)
+    throw Error("LossRegistry::add: 'loss' is null");
+  if (!losses_.empty() && (loss->inputs().rows() != losses_[0]->inputs().rows() ||
+                           loss->inputs().cols() != losses_[0]->inputs().cols())) {
+    throw Error("LossRegistry: every loss must be registered on the model output (" +
+                std::to_string(losses_[0]->inputs().rows()) + " x " +
+                std::to_string(losses_[0]->inputs().cols()) + "); '" + loss->name() + "' is " +
+                std::to_string(loss->inputs().rows()) + " x " +
+                std::to_string(loss->inputs().cols()));
+  }
+  losses_.push_back(std::move(loss));
+}
+
+Eigen::VectorXd LossRegistry::total_values() const {
+  if (losses_.empty())
+    throw Error("LossRegistry: no loss was registered");
+  Eigen::VectorXd v = Eigen::VectorXd::Zero(losses_[0]->batch_size());
+  for (const auto &l : losses_)
+    v += l->values();
+  return v;
+}
+
+Matrix LossRegistry::total_gradient() const {
+  if (losses_.empty())
+    throw Error("LossRegistry: no loss was registered");
+  Matrix g = Matrix::Zero(losses_[0]->inputs().rows(), losses_[0]->inputs().cols());
+  for (const auto &l : losses_)
+    g += l->gradient();
+  return g;
+}
+
+} // namespace hkfac::kfac

@@ -1,0 +1,323 @@
+// Curvature blocks: estimates against brute-force sums, inverse consistency, pi-adjusted damping.
+#include <gtest/gtest.h>
+
+#include "hkfac/error.h"
+#include "hkfac/kfac/blocks/dense_two_kronecker_factored.h"
+#include "hkfac/kfac/blocks/diagonal.h"
+#include "hkfac/kfac/blocks/full.h"
+#include "reference.h"
+
+namespace hkfac::kfac {
+namespace {
+
+using namespace testref;
+
+constexpr int B = 6;
+
+struct TagFixture {
+  LayerTag tag;
+  std::vector<ParamShape> shapes;
+  Matrix inputs;
+  std::vector<Matrix> grads; // two backward passes
+};
+
+TagFixture dense_fixture(int din, int dout, bool bias, unsigned seed) {
+  TagFixture f;
+  f.tag.kind = TagKind::dense;
+  f.tag.name = "dense_0";
+  f.tag.has_bias = bias;
+  f.tag.input_dim = din;
+  f.tag.output_dim = dout;
+  f.shapes.push_back({din, dout, "w"});
+  f.tag.params = {0};
+  if (bias) {
+    f.shapes.push_back({1, dout, "b"});
+    f.tag.params.push_back(1);
+  }
+  std::mt19937 rng(seed);
+  f.inputs = random_matrix(B, din, rng);
+  for (int k = 0; k < 2; ++k)
+    f.grads.push_back(random_matrix(B, dout, rng));
+  return f;
+}
+
+TagFixture scale_and_shift_fixture(int d, unsigned seed) {
+  TagFixture f;
+  f.tag.kind = TagKind::scale_and_shift;
+  f.tag.name = "scale_and_shift_0";
+  f.tag.has_scale = f.tag.has_shift = true;
+  f.tag.params = {0, 1};
+  f.shapes = {{1, d, "scale"}, {1, d, "shift"}};
+  std::mt19937 rng(seed);
+  f.inputs = random_matrix(B, d, rng);
+  for (int k = 0; k < 2; ++k)
+    f.grads.push_back(random_matrix(B, d, rng));
+  return f;
+}
+
+BlockBatch batch_of(const TagFixture &f) {
+  BlockBatch b;
+  b.inputs = &f.inputs;
+  b.output_grads = f.grads;
+  b.batch_size = B;
+  return b;
+}
+
+// Brute force: the per-example gradient covariance Σ_passes Σ_i g_i g_iᵀ / B in double.
+MatrixXd brute_force_covariance(const TagFixture &f) {
+  MatrixXd c;
+  for (const Matrix &dy : f.grads) {
+    const MatrixXd g = per_example_gradients(f.tag, f.inputs, dy).cast<double>();
+    const MatrixXd add = g.transpose() * g / B;
+    c = c.size() ? MatrixXd(c + add) : add;
+  }
+  return c;
+}
+
+std::vector<Matrix> random_vec(const std::vector<ParamShape> &shapes, unsigned seed) {
+  std::mt19937 rng(seed);
+  std::vector<Matrix> v;
+  for (const ParamShape &s : shapes)
+    v.push_back(random_matrix(s.rows, s.cols, rng));
+  return v;
+}
+
+MatrixXd flat(const std::vector<Matrix> &v) {
+  std::vector<double> out;
+  for (const Matrix &m : v)
+    out.insert(out.end(), m.data(), m.data() + m.size());
+  return Eigen::Map<MatrixXd>(out.data(), static_cast<Eigen::Index>(out.size()), 1);
+}
+
+MatrixXd kron(const MatrixXd &a, const MatrixXd &g) {
+  MatrixXd k(a.rows() * g.rows(), a.cols() * g.cols());
+  for (Eigen::Index i = 0; i < a.rows(); ++i) {
+    for (Eigen::Index j = 0; j < a.cols(); ++j) {
+      k.block(i * g.rows(), j * g.cols(), g.rows(), g.cols()) = a(i, j) * g;
+    }
+  }
+  return k;
+}
+
+TEST(kfacBlocks, DenseBlockCurvatureIsKroneckerProductOfBruteForceFactors) {
+  for (bool bias : {true, false}) {
+    TagFixture f = dense_fixture(3, 4, bias, 1);
+    DenseTwoKroneckerFactored block(f.tag, f.shapes, {});
+    block.init();
+    block.update_curvature_estimate(1.0f, 1.0f, batch_of(f));
+    MatrixXd xbar(B, 3 + (bias ? 1 : 0));
+    xbar.leftCols(3) = f.inputs.cast<double>();
+    if (bias)
+      xbar.col(3).setOnes();
+    const MatrixXd A = xbar.transpose() * xbar / B;
+    MatrixXd G = MatrixXd::Zero(4, 4);
+    for (const Matrix &dy : f.grads)
+      G += dy.cast<double>().transpose() * dy.cast<double>() / B;
+    EXPECT_LT(rel_err(block.factor_a().cast<double>(), A), 1e-6);
+    EXPECT_LT(rel_err(block.factor_g().cast<double>(), G), 1e-6);
+    EXPECT_LT(rel_err(block.full_curvature(), kron(A, G)), 1e-6);
+  }
+}
+
+TEST(kfacBlocks, MovingAverageIsWeightedBySumOfEmaWeights) {
+  TagFixture f1 = dense_fixture(2, 3, true, 2), f2 = dense_fixture(2, 3, true, 3);
+  DenseTwoKroneckerFactored block(f1.tag, f1.shapes, {});
+  block.init();
+  // Burn-in style (1, 1/2) twice gives the mean; then a normal step (0.95, 1).
+  block.update_curvature_estimate(1.0f, 0.5f, batch_of(f1));
+  block.update_curvature_estimate(1.0f, 0.5f, batch_of(f2));
+  DenseTwoKroneckerFactored b1(f1.tag, f1.shapes, {}), b2(f2.tag, f2.shapes, {});
+  b1.init();
+  b2.init();
+  b1.update_curvature_estimate(0.0f, 1.0f, batch_of(f1));
+  b2.update_curvature_estimate(0.0f, 1.0f, batch_of(f2));
+  const MatrixXd mean = 0.5 * (b1.full_curvature() + b2.full_curvature());
+  EXPECT_NEAR(block.ema_weight(), 1.0, 1e-12);
+  EXPECT_LT(rel_err(block.factor_a().cast<double>(),
+                    0.5 * (b1.factor_a() + b2.factor_a()).cast<double>()),
+            1e-6);
+  block.update_curvature_estimate(0.95f, 1.0f, batch_of(f1));
+  EXPECT_NEAR(block.ema_weight(), 1.95, 1e-6);
+  const MatrixXd a_expected =
+      (0.95 * 0.5 * (b1.factor_a() + b2.factor_a()).cast<double>() + b1.factor_a().cast<double>()) /
+      1.95;
+  EXPECT_LT(rel_err(block.factor_a().cast<double>(), a_expected), 1e-6);
+  (void)mean;
+}
+
+TEST(kfacBlocks, PiAdjustedDampingMatchesClosedForm) {
+  std::mt19937 rng(4);
+  const MatrixXd ma = random_matrix(3, 3, rng).cast<double>(),
+                 mg = random_matrix(2, 2, rng).cast<double>();
+  const MatrixXd A = ma * ma.transpose(), G = mg * mg.transpose();
+  const double gamma = 0.04;
+  const DampedFactors f = pi_adjusted_damped_factors(A, G, gamma);
+  const double pi = std::sqrt((A.trace() / 3) / (G.trace() / 2));
+  EXPECT_NEAR(f.pi, pi, 1e-12);
+  EXPECT_LT(rel_err(f.A, A + pi * 0.2 * MatrixXd::Identity(3, 3)), 1e-12);
+  EXPECT_LT(rel_err(f.G, G + (0.2 / pi) * MatrixXd::Identity(2, 2)), 1e-12);
+
+  // Both 1x1: exactly a·g + γ.
+  const MatrixXd a1 = MatrixXd::Constant(1, 1, 2.0), g1 = MatrixXd::Constant(1, 1, 3.0);
+  const DampedFactors s = pi_adjusted_damped_factors(a1, g1, gamma);
+  EXPECT_NEAR((kron(s.A, s.G))(0, 0), 6.0 + gamma, 1e-12);
+  // One scalar factor: all damping to the other, exactly a·G + γI.
+  const DampedFactors one = pi_adjusted_damped_factors(a1, G, gamma);
+  EXPECT_LT(rel_err(kron(one.A, one.G), 2.0 * G + gamma * MatrixXd::Identity(2, 2)), 1e-12);
+  const DampedFactors other = pi_adjusted_damped_factors(A, g1, gamma);
+  EXPECT_LT(rel_err(kron(other.A, other.G), 3.0 * A + gamma * MatrixXd::Identity(3, 3)), 1e-12);
+  // Zero trace: γI overall, finite.
+  const DampedFactors z = pi_adjusted_damped_factors(MatrixXd::Zero(3, 3), G, gamma);
+  EXPECT_TRUE(z.A.allFinite() && z.G.allFinite());
+  EXPECT_LT(rel_err(kron(z.A, z.G), gamma * MatrixXd::Identity(6, 6)), 1e-12);
+}
+
+TEST(kfacBlocks, DenseBlockInverseIsInverseOfPiDampedKroneckerProduct) {
+  TagFixture f = dense_fixture(3, 4, true, 5);
+  DenseTwoKroneckerFactored block(f.tag, f.shapes, {});
+  block.init();
+  block.update_curvature_estimate(1.0f, 1.0f, batch_of(f));
+  const float gamma = 0.05f;
+  block.update_inverse(gamma);
+  const DampedFactors d = pi_adjusted_damped_factors(block.factor_a().cast<double>(),
+                                                     block.factor_g().cast<double>(), gamma);
+  const std::vector<Matrix> v = random_vec(f.shapes, 6);
+  const MatrixXd ref = kron(d.A, d.G).inverse() * flat(v);
+  EXPECT_LT(rel_err(flat(block.multiply_matpower(v, -1, gamma)), ref), 1e-5);
+}
+
+TEST(kfacBlocks, EigenRouteAppliesExactDampedInverse) {
+  TagFixture f = dense_fixture(3, 2, true, 7);
+  BlockOptions o;
+  o.use_exact_inverses = true;
+  DenseTwoKroneckerFactored block(f.tag, f.shapes, o);
+  block.init();
+  block.update_curvature_estimate(1.0f, 1.0f, batch_of(f));
+  const float gamma = 0.1f;
+  block.update_inverse(gamma);
+  const std::vector<Matrix> v = random_vec(f.shapes, 8);
+  const MatrixXd F = block.full_curvature() + gamma * MatrixXd::Identity(8, 8);
+  EXPECT_LT(rel_err(flat(block.multiply_matpower(v, -1, gamma)), F.inverse() * flat(v)), 1e-5);
+  EXPECT_LT(rel_err(flat(block.multiply_matpower(v, 1, gamma)), F * flat(v)), 1e-5);
+}
+
+TEST(kfacBlocks, EigenRouteRejectsNonFiniteFactorsBeforeDecomposing) {
+  TagFixture f = dense_fixture(2, 2, true, 9);
+  f.inputs(0, 0) = std::numeric_limits<float>::quiet_NaN();
+  BlockOptions o;
+  o.use_exact_inverses = true;
+  DenseTwoKroneckerFactored block(f.tag, f.shapes, o);
+  block.init();
+  block.update_curvature_estimate(1.0f, 1.0f, batch_of(f));
+  try {
+    block.update_inverse(0.1f);
+    FAIL() << "expected hkfac::Error";
+  } catch (const Error &e) {
+    EXPECT_NE(std::string(e.what()).find("dense_0"), std::string::npos) << e.what();
+  }
+}
+
+TEST(kfacBlocks, DiagonalAndFullBlocksMatchBruteForceCovariance) {
+  const TagFixture fixtures[] = {dense_fixture(2, 3, true, 10), scale_and_shift_fixture(4, 11)};
+  for (const TagFixture &f : fixtures) {
+    const MatrixXd C = brute_force_covariance(f);
+    NaiveDiagonal diag(f.tag, f.shapes);
+    NaiveFull full(f.tag, f.shapes);
+    for (CurvatureBlock *b : std::vector<CurvatureBlock *>{&diag, &full}) {
+      b->init();
+      b->update_curvature_estimate(1.0f, 1.0f, batch_of(f));
+    }
+    EXPECT_LT(rel_err(diag.full_curvature(), MatrixXd(C.diagonal().asDiagonal())), 1e-6);
+    EXPECT_LT(rel_err(full.full_curvature(), C), 1e-6);
+  }
+  const TagFixture s = scale_and_shift_fixture(3, 12);
+  ScaleAndShiftDiagonal sd(s.tag, s.shapes);
+  ScaleAndShiftFull sf(s.tag, s.shapes);
+  sd.init();
+  sf.init();
+  sd.update_curvature_estimate(1.0f, 1.0f, batch_of(s));
+  sf.update_curvature_estimate(1.0f, 1.0f, batch_of(s));
+  const MatrixXd C = brute_force_covariance(s);
+  EXPECT_LT(rel_err(sd.full_curvature(), MatrixXd(C.diagonal().asDiagonal())), 1e-6);
+  EXPECT_LT(rel_err(sf.full_curvature(), C), 1e-6);
+}
+
+// (+1) then (-1) is the identity for every block type, with and without bias / exact inverses.
+TEST(kfacBlocks, MatpowerPlusThenMinusIsIdentityForEveryBlock) {
+  const float gamma = 0.03f;
+  std::vector<std::pair<std::unique_ptr<CurvatureBlock>, TagFixture>> cases;
+  for (bool bias : {true, false}) {
+    for (bool exact : {false, true}) {
+      TagFixture f = dense_fixture(3, 2, bias, 20 + bias + 2 * exact);
+      BlockOptions o;
+      o.use_exact_inverses = exact;
+      cases.emplace_back(make_block(BlockKind::dense_two_kronecker_factored, f.tag, f.shapes, o),
+                         f);
+    }
+  }
+  for (int din : {1, 3}) { // scalar A factor (no bias, d_in = 1) and the scalar G case
+    TagFixture f = dense_fixture(din, din == 1 ? 3 : 1, false, 30 + din);
+    cases.emplace_back(make_block(BlockKind::dense_two_kronecker_factored, f.tag, f.shapes), f);
+  }
+  for (BlockKind k : {BlockKind::naive_diagonal, BlockKind::naive_full}) {
+    TagFixture f = dense_fixture(2, 2, true, 40);
+    cases.emplace_back(make_block(k, f.tag, f.shapes), f);
+  }
+  for (BlockKind k : {BlockKind::scale_and_shift_diagonal, BlockKind::scale_and_shift_full}) {
+    TagFixture f = scale_and_shift_fixture(3, 50);
+    cases.emplace_back(make_block(k, f.tag, f.shapes), f);
+  }
+  for (auto &[block, f] : cases) {
+    block->init();
+    block->update_curvature_estimate(1.0f, 1.0f, batch_of(f));
+    block->update_inverse(gamma);
+    const std::vector<Matrix> v = random_vec(f.shapes, 60);
+    const std::vector<Matrix> back =
+        block->multiply_matpower(block->multiply_matpower(v, 1, gamma), -1, gamma);
+    EXPECT_LT(rel_err(flat(back), flat(v)), 1e-4) << block->name() << " " << f.tag.name;
+  }
+}
+
+// KFC: with the B·T patch rows, A and G average over rows and the curvature is T·(A ⊗ G).
+TEST(kfacBlocks, Conv2DBlockCurvatureIsLocationsTimesKroneckerProduct) {
+  const int T = 5, din = 4, dout = 3;
+  TagFixture f;
+  f.tag.kind = TagKind::conv2d;
+  f.tag.name = "conv2d_0";
+  f.tag.has_bias = true;
+  f.tag.locations = T;
+  f.tag.params = {0, 1};
+  f.shapes = {{din, dout, "kernel"}, {1, dout, "b"}};
+  std::mt19937 rng(70);
+  f.inputs = random_matrix(B * T, din, rng);
+  f.grads = {random_matrix(B * T, dout, rng)};
+  auto block = make_block(default_block_kind(TagKind::conv2d), f.tag, f.shapes);
+  EXPECT_EQ(block->name(), "Conv2DTwoKroneckerFactored");
+  block->init();
+  block->update_curvature_estimate(1.0f, 1.0f, batch_of(f));
+  MatrixXd xbar(B * T, din + 1);
+  xbar.leftCols(din) = f.inputs.cast<double>();
+  xbar.col(din).setOnes();
+  const MatrixXd A = xbar.transpose() * xbar / (B * T);
+  const MatrixXd G = f.grads[0].cast<double>().transpose() * f.grads[0].cast<double>() / (B * T);
+  EXPECT_LT(rel_err(block->full_curvature(), T * kron(A, G)), 1e-5);
+  block->update_inverse(0.02f);
+  const std::vector<Matrix> v = random_vec(f.shapes, 71);
+  const std::vector<Matrix> back =
+      block->multiply_matpower(block->multiply_matpower(v, 1, 0.02f), -1, 0.02f);
+  EXPECT_LT(rel_err(flat(back), flat(v)), 1e-4);
+}
+
+TEST(kfacBlocks, FactoryRejectsBlocksThatCannotHandleTheTag) {
+  TagFixture s = scale_and_shift_fixture(3, 1);
+  EXPECT_THROW(make_block(BlockKind::dense_two_kronecker_factored, s.tag, s.shapes), Error);
+  TagFixture d = dense_fixture(2, 2, true, 1);
+  EXPECT_THROW(make_block(BlockKind::scale_and_shift_full, d.tag, d.shapes), Error);
+  EXPECT_THROW(parse_block_kind("Kronecker"), Error);
+  EXPECT_EQ(parse_block_kind("DenseFull"), BlockKind::naive_full);
+  auto block = make_block(BlockKind::naive_full, d.tag, d.shapes);
+  EXPECT_THROW(block->multiply_matpower(random_vec(d.shapes, 1), -1, 0.1f), Error);
+}
+
+} // namespace
+} // namespace hkfac::kfac

@@ -1,0 +1,203 @@
+// Layer library: gradients, Jacobian-vector products and tag records against double-precision
+// finite differences of an independent reference forward pass.
+#include <gtest/gtest.h>
+
+#include "hkfac/error.h"
+#include "reference.h"
+
+namespace hkfac::kfac {
+namespace {
+
+using namespace testref;
+
+// Every layer type and every activation, in one chain.
+std::vector<RefLayer> every_layer_net() {
+  return {
+      {RefLayer::dense, Activation::tanh, 3, 4, true},
+      {RefLayer::scale_and_shift, Activation::identity, 4, 4},
+      {RefLayer::bias, Activation::identity, 4, 4},
+      {RefLayer::activation, Activation::sigmoid, 4, 4},
+      {RefLayer::dense, Activation::relu, 4, 5, true},
+      {RefLayer::dense, Activation::sigmoid, 5, 3, false},
+      {RefLayer::activation, Activation::tanh, 3, 3},
+      {RefLayer::activation, Activation::relu, 3, 3},
+      {RefLayer::dense, Activation::identity, 3, 2, true},
+  };
+}
+
+struct Fixture {
+  std::vector<RefLayer> net = every_layer_net();
+  Sequential model = build(net, 3);
+  Params params;
+  Batch batch;
+  Fixture() {
+    std::mt19937 rng(7);
+    params = model.init_params(rng);
+    // Non-trivial scale/shift/bias values so their gradients are exercised.
+    for (size_t i = 2; i <= 4; ++i)
+      params[i] = random_matrix(1, 4, rng, 0.5f, 1.5f);
+    batch.inputs = random_matrix(5, 3, rng);
+  }
+};
+
+TEST(kfacLayers, BackwardMatchesFiniteDifferencesForEveryLayer) {
+  Fixture f;
+  std::mt19937 rng(3);
+  const Matrix cot = random_matrix(5, 2, rng);
+  f.model.forward(f.params, f.batch);
+  const Params grads = f.model.backward(cot);
+  const MatrixXd x = f.batch.inputs.cast<double>(), c = cot.cast<double>();
+  const VectorXd ref = fd_gradient(
+      [&](const std::vector<MatrixXd> &p) { return forward(f.net, p, x).cwiseProduct(c).sum(); },
+      to_double(f.params));
+  size_t k = 0;
+  for (size_t t = 0; t < grads.size(); ++t) {
+    for (Eigen::Index e = 0; e < grads[t].size(); ++e, ++k) {
+      EXPECT_NEAR(grads[t].data()[e], ref(k), 1e-4 * std::max(1.0, std::abs(ref(k))))
+          << "param " << t << " (" << f.model.param_shapes()[t].name << ") element " << e;
+    }
+  }
+}
+
+TEST(kfacLayers, ForwardMatchesReference) {
+  Fixture f;
+  const Matrix out = f.model.forward(f.params, f.batch);
+  const MatrixXd ref = forward(f.net, to_double(f.params), f.batch.inputs.cast<double>());
+  EXPECT_LT(rel_err(out.cast<double>(), ref), 1e-5);
+}
+
+TEST(kfacLayers, JvpMatchesFiniteDifferences) {
+  Fixture f;
+  std::mt19937 rng(5);
+  Params t;
+  for (const Matrix &p : f.params)
+    t.push_back(random_matrix(p.rows(), p.cols(), rng));
+  f.model.forward(f.params, f.batch);
+  const Matrix jv = f.model.jvp(t);
+  const double h = 1e-6;
+  std::vector<MatrixXd> pp = to_double(f.params), pm = pp;
+  for (size_t i = 0; i < pp.size(); ++i) {
+    pp[i] += h * t[i].cast<double>();
+    pm[i] -= h * t[i].cast<double>();
+  }
+  const MatrixXd x = f.batch.inputs.cast<double>();
+  const MatrixXd ref = (forward(f.net, pp, x) - forward(f.net, pm, x)) / (2 * h);
+  EXPECT_LT(rel_err(jv.cast<double>(), ref), 1e-4);
+}
+
+TEST(kfacLayers, PerExampleGradientsSumToTheBatchGradient) {
+  Fixture f;
+  std::mt19937 rng(9);
+  f.model.forward(f.params, f.batch);
+  const Params grads = f.model.backward(random_matrix(5, 2, rng));
+  for (size_t t = 0; t < f.model.tags().size(); ++t) {
+    const LayerTag &tag = f.model.tags()[t];
+    const TagRecord &rec = f.model.record(static_cast<int>(t));
+    EXPECT_EQ(rec.output_grads.rows(), 5) << tag.name;
+    const Matrix per = per_example_gradients(tag, rec.inputs, rec.output_grads);
+    const Matrix summed = per.colwise().sum();
+    Eigen::Index at = 0;
+    for (int p : tag.params) {
+      const Matrix &g = grads[p];
+      for (Eigen::Index e = 0; e < g.size(); ++e, ++at) {
+        EXPECT_NEAR(summed(0, at), g.data()[e], 1e-5) << tag.name << " param " << p;
+      }
+    }
+    EXPECT_EQ(at, per.cols()) << tag.name;
+  }
+}
+
+std::vector<RefLayer> conv_net() {
+  RefLayer second = RefLayer::conv2d(3, 2, 3, 2, 2, 1, 0, Activation::sigmoid);
+  second.use_bias = false;
+  return {RefLayer::conv2d(5, 4, 2, 3, 3, 2, 1, Activation::tanh),
+          second,
+          {RefLayer::dense, Activation::identity, 4, 2, true}};
+}
+
+TEST(kfacLayers, Conv2DForwardBackwardAndJvpMatchFiniteDifferences) {
+  const std::vector<RefLayer> net = conv_net();
+  Sequential model = build(net, 40);
+  ASSERT_EQ(model.output_dim(), 2);
+  std::mt19937 rng(21);
+  Params params = model.init_params(rng);
+  params[1] = random_matrix(1, 3, rng); // non-zero conv bias
+  Batch batch;
+  batch.inputs = random_matrix(3, 40, rng);
+  const Matrix cot = random_matrix(3, 2, rng);
+  const MatrixXd x = batch.inputs.cast<double>(), c = cot.cast<double>();
+
+  const Matrix out = model.forward(params, batch);
+  EXPECT_LT(rel_err(out.cast<double>(), forward(net, to_double(params), x)), 1e-5);
+  const Params grads = model.backward(cot);
+  const VectorXd ref = fd_gradient(
+      [&](const std::vector<MatrixXd> &p) { return forward(net, p, x).cwiseProduct(c).sum(); },
+      to_double(params));
+  size_t k = 0;
+  for (size_t t = 0; t < grads.size(); ++t) {
+    for (Eigen::Index e = 0; e < grads[t].size(); ++e, ++k) {
+      EXPECT_NEAR(grads[t].data()[e], ref(k), 1e-4 * std::max(1.0, std::abs(ref(k))))
+          << "param " << t << " element " << e;
+    }
+  }
+  // The conv2d tag records B·T patch rows; its per-example gradients sum to the batch gradient.
+  const LayerTag &tag = model.tags()[0];
+  EXPECT_EQ(tag.kind, TagKind::conv2d);
+  EXPECT_EQ(tag.locations, 6);
+  const TagRecord &rec = model.record(0);
+  EXPECT_EQ(rec.inputs.rows(), 18);
+  const Matrix per = per_example_gradients(tag, rec.inputs, rec.output_grads);
+  ASSERT_EQ(per.rows(), 3);
+  const Matrix summed = per.colwise().sum();
+  for (Eigen::Index e = 0; e < grads[0].size(); ++e)
+    EXPECT_NEAR(summed(0, e), grads[0].data()[e], 1e-5);
+  for (Eigen::Index e = 0; e < grads[1].size(); ++e) {
+    EXPECT_NEAR(summed(0, grads[0].size() + e), grads[1].data()[e], 1e-5);
+  }
+
+  Params t;
+  for (const Matrix &p : params)
+    t.push_back(random_matrix(p.rows(), p.cols(), rng));
+  const Matrix jv = model.jvp(t);
+  const double h = 1e-6;
+  std::vector<MatrixXd> pp = to_double(params), pm = pp;
+  for (size_t i = 0; i < pp.size(); ++i) {
+    pp[i] += h * t[i].cast<double>();
+    pm[i] -= h * t[i].cast<double>();
+  }
+  EXPECT_LT(rel_err(jv.cast<double>(), (forward(net, pp, x) - forward(net, pm, x)) / (2 * h)),
+            1e-4);
+}
+
+TEST(kfacLayers, TagsDeclareKindsNamesAndParameters) {
+  Fixture f;
+  const std::vector<LayerTag> &tags = f.model.tags();
+  ASSERT_EQ(tags.size(), 6u);
+  EXPECT_EQ(tags[0].name, "dense_0");
+  EXPECT_EQ(tags[0].params, (std::vector<int>{0, 1}));
+  EXPECT_TRUE(tags[0].has_bias);
+  EXPECT_EQ(tags[1].kind, TagKind::scale_and_shift);
+  EXPECT_EQ(tags[2].kind, TagKind::generic);
+  EXPECT_EQ(tags[2].output_dim, 4);
+  EXPECT_EQ(tags[4].name, "dense_2");
+  EXPECT_FALSE(tags[4].has_bias);
+  EXPECT_EQ(tags[4].params, (std::vector<int>{7}));
+}
+
+TEST(kfacLayers, ShapeErrorsNameTheArgument) {
+  Fixture f;
+  Batch bad;
+  bad.inputs = Matrix::Zero(2, 4);
+  try {
+    f.model.forward(f.params, bad);
+    FAIL() << "expected hkfac::Error";
+  } catch (const Error &e) {
+    EXPECT_NE(std::string(e.what()).find("batch.inputs"), std::string::npos) << e.what();
+  }
+  EXPECT_THROW(Sequential(3).add<Dense>(4, 2), Error);
+  f.model.forward(f.params, f.batch);
+  EXPECT_THROW(f.model.backward(Matrix::Zero(5, 3)), Error);
+}
+
+} // namespace
+} // namespace hkfac::kfac
