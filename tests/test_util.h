@@ -10,6 +10,7 @@
 
 #include "hkfac/buffer.h"
 #include "hkfac/device.h"
+#include "hkfac/error.h"
 
 namespace hkfac::testing {
 
@@ -52,6 +53,17 @@ inline Eigen::MatrixXd to_eigen_d(Buffer<float> &b) { return as_eigen(b).cast<do
 inline double rel_error(const Eigen::MatrixXd &a, const Eigen::MatrixXd &ref) {
   double scale = std::max(1.0, ref.cwiseAbs().maxCoeff());
   return (a - ref).cwiseAbs().maxCoeff() / scale;
+}
+
+// Runs `call` and expects an hkfac::Error whose message names the argument as 'arg'.
+template <typename Call> void expect_error_naming(const char *arg, Call &&call) {
+  try {
+    call();
+    ADD_FAILURE() << "expected hkfac::Error naming '" << arg << "'";
+  } catch (const Error &e) {
+    EXPECT_NE(std::string(e.what()).find(std::string("'") + arg + "'"), std::string::npos)
+        << e.what();
+  }
 }
 
 } // namespace hkfac::testing

@@ -176,15 +176,6 @@ TEST(DenseKernelsCpu, AcceptsBuffersAlignedOnlyToAFloat) {
 }
 
 TEST(DenseKernelsErrors, ShapeMismatchNamesTheArgument) {
-  auto expect_error_naming = [](const char *arg, auto &&call) {
-    try {
-      call();
-      FAIL() << "expected hkfac::Error naming '" << arg << "'";
-    } catch (const Error &e) {
-      EXPECT_NE(std::string(e.what()).find(std::string("'") + arg + "'"), std::string::npos)
-          << e.what();
-    }
-  };
   const int batch = 4, d_in = 3, d_out = 5;
   Buffer<float> X = make_matrix<float>(batch, d_in), W = make_matrix<float>(d_in, d_out);
   Buffer<float> b = make_vector<float>(d_out), Y = make_matrix<float>(batch, d_out);
@@ -192,14 +183,17 @@ TEST(DenseKernelsErrors, ShapeMismatchNamesTheArgument) {
   Buffer<float> dW = make_matrix<float>(d_in, d_out), db = make_vector<float>(d_out);
   Buffer<float> odd = make_matrix<float>(2, 2), short_b = make_vector<float>(d_out - 1);
   const auto act = Activation::relu;
-  expect_error_naming("W", [&] { kernels::dense_forward(Y, X, odd, b, act, Device::cpu); });
-  expect_error_naming("b", [&] { kernels::dense_forward(Y, X, W, short_b, act, Device::cpu); });
-  expect_error_naming("Y", [&] { kernels::dense_forward(odd, X, W, b, act, Device::cpu); });
-  expect_error_naming(
+  testing::expect_error_naming("W",
+                               [&] { kernels::dense_forward(Y, X, odd, b, act, Device::cpu); });
+  testing::expect_error_naming("b",
+                               [&] { kernels::dense_forward(Y, X, W, short_b, act, Device::cpu); });
+  testing::expect_error_naming("Y",
+                               [&] { kernels::dense_forward(odd, X, W, b, act, Device::cpu); });
+  testing::expect_error_naming(
       "dY", [&] { kernels::dense_backward(dZ, dX, dW, db, odd, Y, X, W, act, Device::cpu); });
-  expect_error_naming(
+  testing::expect_error_naming(
       "dX", [&] { kernels::dense_backward(dZ, odd, dW, db, Y, Y, X, W, act, Device::cpu); });
-  expect_error_naming(
+  testing::expect_error_naming(
       "db", [&] { kernels::dense_backward(dZ, dX, dW, short_b, Y, Y, X, W, act, Device::cpu); });
 }
 

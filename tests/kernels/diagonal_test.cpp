@@ -23,7 +23,8 @@ TEST_P(DiagonalKernels, EmaMatchesEigenOnAwkwardShapes) {
       Eigen::MatrixXd d0 = to_eigen_d(d), gd = to_eigen_d(g);
       kernels::diagonal_ema(d, g, 0.95f, 0.25f, dev);
       to_host(d);
-      Eigen::MatrixXd ref = 0.95 * d0 + 0.25 * gd.array().square().colwise().sum().transpose().matrix();
+      Eigen::MatrixXd ref =
+          0.95 * d0 + 0.25 * gd.array().square().colwise().sum().transpose().matrix();
       EXPECT_LT(rel_error(to_eigen_d(d), ref), 1e-5) << "p=" << p << " n=" << n;
     }
   }

@@ -69,25 +69,20 @@ TEST_P(GemmKernel, BetaZeroIgnoresNanInC) {
 }
 
 TEST(GemmKernelErrors, ShapeMismatchNamesTheArgument) {
-  auto expect_error_naming = [](const char *arg, auto &&call) {
-    try {
-      call();
-      FAIL() << "expected hkfac::Error naming '" << arg << "'";
-    } catch (const Error &e) {
-      EXPECT_NE(std::string(e.what()).find(std::string("'") + arg + "'"), std::string::npos)
-          << e.what();
-    }
-  };
   Buffer<float> A = make_matrix<float>(4, 3), B = make_matrix<float>(3, 5);
   Buffer<float> C = make_matrix<float>(4, 5), wrong = make_matrix<float>(2, 2);
   Buffer<float> vec = make_vector<float>(3);
-  expect_error_naming("A", [&] { kernels::gemm(C, wrong, Transpose::no, B, Transpose::no); });
-  expect_error_naming("B", [&] { kernels::gemm(C, A, Transpose::no, wrong, Transpose::no); });
-  expect_error_naming("B", [&] { kernels::gemm(C, A, Transpose::no, B, Transpose::yes); });
-  expect_error_naming("C", [&] { kernels::gemm(vec, A, Transpose::no, B, Transpose::no); });
+  testing::expect_error_naming("A",
+                               [&] { kernels::gemm(C, wrong, Transpose::no, B, Transpose::no); });
+  testing::expect_error_naming("B",
+                               [&] { kernels::gemm(C, A, Transpose::no, wrong, Transpose::no); });
+  testing::expect_error_naming("B", [&] { kernels::gemm(C, A, Transpose::no, B, Transpose::yes); });
+  testing::expect_error_naming("C",
+                               [&] { kernels::gemm(vec, A, Transpose::no, B, Transpose::no); });
   // C's row count disagrees with op(A)'s: reported against A, whose extent is checked against C.
   Buffer<float> C_bad = make_matrix<float>(3, 5);
-  expect_error_naming("A", [&] { kernels::gemm(C_bad, A, Transpose::no, B, Transpose::no); });
+  testing::expect_error_naming("A",
+                               [&] { kernels::gemm(C_bad, A, Transpose::no, B, Transpose::no); });
 }
 
 INSTANTIATE_TEST_SUITE_P(AllDevices, GemmKernel, ::testing::ValuesIn(testing::all_devices()),

@@ -136,27 +136,18 @@ TEST_P(PreconditionKernels, EigenRouteMatchesBruteForceKronecker) {
 }
 
 TEST(PreconditionKernelsErrors, BadArgumentsAreNamed) {
-  auto expect_error_naming = [](const char *arg, auto &&call) {
-    try {
-      call();
-      FAIL() << "expected hkfac::Error naming '" << arg << "'";
-    } catch (const Error &e) {
-      EXPECT_NE(std::string(e.what()).find(std::string("'") + arg + "'"), std::string::npos)
-          << e.what();
-    }
-  };
   const int d_a = 4, d_g = 3;
   Buffer<float> A = make_matrix<float>(d_a, d_a), G = make_matrix<float>(d_g, d_g);
   Buffer<float> V = make_matrix<float>(d_a, d_g), U = make_matrix<float>(d_a, d_g);
   Buffer<float> l_A = make_vector<float>(d_a), l_G = make_vector<float>(d_g);
   const Device cpu = Device::cpu;
-  expect_error_naming("A_inv", [&] { kernels::kron_precondition(U, G, V, G, cpu); });
-  expect_error_naming("G_inv", [&] { kernels::kron_precondition(U, A, V, A, cpu); });
-  expect_error_naming("U", [&] { kernels::kron_precondition(A, A, V, G, cpu); });
-  expect_error_naming("U", [&] { kernels::kron_precondition(V, A, V, G, cpu); });
-  expect_error_naming(
+  testing::expect_error_naming("A_inv", [&] { kernels::kron_precondition(U, G, V, G, cpu); });
+  testing::expect_error_naming("G_inv", [&] { kernels::kron_precondition(U, A, V, A, cpu); });
+  testing::expect_error_naming("U", [&] { kernels::kron_precondition(A, A, V, G, cpu); });
+  testing::expect_error_naming("U", [&] { kernels::kron_precondition(V, A, V, G, cpu); });
+  testing::expect_error_naming(
       "Q_A", [&] { kernels::kron_precondition_eigen(U, G, l_A, V, G, l_G, 0.1f, -1, cpu); });
-  expect_error_naming(
+  testing::expect_error_naming(
       "lambda_G", [&] { kernels::kron_precondition_eigen(U, A, l_A, V, G, l_A, 0.1f, -1, cpu); });
   EXPECT_THROW(kernels::kron_precondition_eigen(U, A, l_A, V, G, l_G, 0.1f, 2, cpu), Error);
 }
