@@ -1,0 +1,19 @@
+# HKFAC_HOST_TARGET: this machine's Halide target, minus features Halide 14 mis-detects.
+#
+# Halide 14 reports AMD Zen 4 hosts as avx512_sapphirerapids and then emits AVX512-FP16
+# instructions (e.g. vmovw) that Zen 4 lacks, so `target=host` code can die with SIGILL. We ask
+# Halide's get_host_target for the host's features and drop that one; everything else (AVX-512,
+# FMA, ...) stays, so kernels still use the host's full vector width.
+include_guard(GLOBAL)
+
+find_program(HKFAC_GET_HOST_TARGET get_host_target
+             PATHS /usr/lib/x86_64-linux-gnu/halide14 /usr/lib/halide14 NO_DEFAULT_PATH)
+set(HKFAC_HOST_TARGET "host")
+if (HKFAC_GET_HOST_TARGET)
+  execute_process(COMMAND "${HKFAC_GET_HOST_TARGET}" OUTPUT_VARIABLE detected
+                  RESULT_VARIABLE rc OUTPUT_STRIP_TRAILING_WHITESPACE)
+  if (rc EQUAL 0 AND detected MATCHES "^[a-z0-9_]+-[0-9]+-[a-z]+")
+    string(REPLACE "-avx512_sapphirerapids" "" HKFAC_HOST_TARGET "${detected}")
+  endif ()
+endif ()
+message(STATUS "hkfac: Halide host target ${HKFAC_HOST_TARGET}")
