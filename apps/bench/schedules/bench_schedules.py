@@ -1,0 +1,416 @@
+#!/usr/bin/env python3
+"""Schedule benchmark bed: every evaluation app autoscheduled by each scheduler, benchmarked with
+RunGen in one interleaved run, checked against the plain reference, reported as markdown.
+
+For each app and each variant (the plain reference plus every scheduler) it
+  1. builds the variant (static library + registration), timing the autoscheduler call alone
+     through the Timed wrapper plugin, and links a RunGen binary,
+  2. runs every variant once on the same random inputs and compares outputs with the reference,
+  3. benchmarks the scheduled variants in rounds, alternating them within each round; a variant's
+     runtime is the median over rounds of RunGen's best time, and its ratio to the baseline is
+     the median of the per-round ratios (BENCHMARKS.md: ratios measured side by side).
+Python standard library only. Paths to the generators, plugins and tools come from the JSON file
+CMake writes (build-dir/apps/bench/schedules/bench_schedules.json).
+"""
+
+import argparse
+import datetime
+import json
+import math
+import os
+import platform
+import re
+import shutil
+import statistics
+import subprocess
+import sys
+import time
+import ctypes
+
+# Integer outputs computed through float stages may differ by one where float rounding crosses a
+# .5 boundary (local_laplacian: float pyramids, uint16 output); all others must match exactly.
+INTEGER_TOLERANCE = {"local_laplacian": 1}
+CPU_SCHEDULERS = ["Adams2019", "Mullapudi2016", "Li2018"]
+GPU_SCHEDULERS = ["Li2018"]  # the only Halide 14 autoscheduler that emits GPU schedules
+
+
+def parse_args():
+    p = argparse.ArgumentParser(description=__doc__,
+                                formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--config", help="bench_schedules.json written by CMake "
+                   "(default: BUILD_DIR/apps/bench/schedules/bench_schedules.json)")
+    p.add_argument("--build-dir", default="build", help="CMake build directory (default: build)")
+    p.add_argument("--apps", help="comma-separated subset of the apps (default: all)")
+    p.add_argument("--scheduler", action="append", default=[], metavar="NAME=PLUGIN.so",
+                   help="an extra autoscheduler: its registered name and the plugin that "
+                        "registers it (repeatable), e.g. Hkfac=build/libautoschedule_hkfac.so")
+    p.add_argument("--only-extra", action="store_true",
+                   help="run only the --scheduler entries (plus the baseline)")
+    p.add_argument("--machine-params", default="2,16777216,40",
+                   help="machine_params for every scheduler (default: 2,16777216,40)")
+    p.add_argument("--cuda", action="store_true",
+                   help="target host-cuda with Li2018 (and the extra schedulers); runs only "
+                        "where a CUDA driver is present, otherwise builds only")
+    p.add_argument("--target", help="Halide target (default: the apps' CPU target from CMake, "
+                   "plus -cuda with --cuda)")
+    p.add_argument("--rounds", type=int, default=5, help="interleaved benchmark rounds")
+    p.add_argument("--min-time", type=float, default=0.2,
+                   help="RunGen --benchmark_min_time per variant and round, seconds")
+    p.add_argument("--timeout", type=float, default=3600,
+                   help="limit for one generator or RunGen call, seconds")
+    p.add_argument("--rel-tol", type=float, default=1e-4,
+                   help="tolerance for float outputs, relative above 1 and absolute below "
+                        "(integers must match exactly)")
+    p.add_argument("--no-run", action="store_true", help="build and time autoscheduling only")
+    p.add_argument("--work-dir", help="where variants are built (default: BUILD_DIR/bench_schedules)")
+    p.add_argument("--output", help="markdown report (default: WORK_DIR/report.md)")
+    p.add_argument("--json", help="also write the raw results as JSON here")
+    return p.parse_args()
+
+
+def cuda_usable():
+    """True when the CUDA driver loads and reports at least one device."""
+    try:
+        cuda = ctypes.CDLL("libcuda.so.1")
+        count = ctypes.c_int(0)
+        return cuda.cuInit(0) == 0 and cuda.cuDeviceGetCount(ctypes.byref(count)) == 0 \
+            and count.value > 0
+    except OSError:
+        return False
+
+
+def log(msg):
+    print(f"[{datetime.datetime.now():%H:%M:%S}] {msg}", flush=True)
+
+
+def run(cmd, timeout, cwd=None, env=None):
+    """Runs cmd; returns (returncode, wall seconds, stdout+stderr). A timeout reads as rc 124."""
+    start = time.perf_counter()
+    try:
+        proc = subprocess.run(cmd, cwd=cwd, env=env, stdout=subprocess.PIPE,
+                              stderr=subprocess.STDOUT, timeout=timeout, text=True,
+                              errors="replace")
+        return proc.returncode, time.perf_counter() - start, proc.stdout
+    except subprocess.TimeoutExpired as e:
+        out = e.stdout.decode(errors="replace") if isinstance(e.stdout, bytes) else (e.stdout or "")
+        return 124, time.perf_counter() - start, out + f"\n(timed out after {timeout:.0f} s)"
+
+
+def last_error_line(output):
+    """The most telling line of a failed tool's output, for the failure table."""
+    lines = [l.strip() for l in output.splitlines() if l.strip()]
+    for l in reversed(lines):
+        if re.search(r"error|exception|abort|assert|fault|timed out|differ", l, re.I):
+            return l[:300]
+    return lines[-1][:300] if lines else "(no output)"
+
+
+class Variant:
+    def __init__(self, app, scheduler, plugin):
+        self.app = app
+        self.scheduler = scheduler  # "reference" for the plain reference build
+        self.plugin = plugin
+        self.name = f"{app}_{scheduler.lower()}"
+        self.schedule_s = None  # the autoscheduler call alone, seconds
+        self.generate_s = None  # full generator run (schedule + code generation), seconds
+        self.rungen = None
+        self.failure = None  # (stage, message)
+        self.verified = None
+        self.times_ms = []  # RunGen best time per round
+
+    def fail(self, stage, message):
+        self.failure = (stage, message)
+        log(f"  {self.name}: FAILED at {stage}: {message}")
+
+
+def generator_command(cfg, v, args, target, out_dir):
+    # -t: the generator's own time limit (Halide's default of 900 s is too short for Adams2019 on
+    # the larger apps on a loaded two-core machine).
+    cmd = [cfg["generators"][v.app], "-g", v.app, "-f", v.name, "-o", out_dir, "-t",
+           str(int(args.timeout)), "-e", "static_library,h,registration,schedule",
+           f"target={target}"]
+    if v.scheduler != "reference":
+        # The Timed plugin runs the scheduler named in HKFAC_TIMED_SCHEDULER and prints how long
+        # autoscheduling alone took.
+        cmd[1:1] = ["-p", f"{v.plugin},{cfg['timed_autoscheduler']}", "-s", "Timed"]
+        cmd += ["auto_schedule=true", f"machine_params={args.machine_params}"]
+    return cmd
+
+
+def build_variant(cfg, v, args, target, work):
+    """Builds the variant (timing its autoscheduling) and links its RunGen binary."""
+    out_dir = os.path.join(work, v.app, v.scheduler)
+    shutil.rmtree(out_dir, ignore_errors=True)
+    os.makedirs(out_dir)
+    env = dict(os.environ, HKFAC_TIMED_SCHEDULER=v.scheduler)
+    rc, secs, out = run(generator_command(cfg, v, args, target, out_dir), args.timeout, env=env)
+    if rc != 0:
+        stage = "compile" if "HKFAC_AUTOSCHEDULE_SECONDS" in out or v.plugin is None \
+            else "autoschedule"
+        v.fail(stage, last_error_line(out))
+        return
+    v.generate_s = secs
+    m = re.search(r"HKFAC_AUTOSCHEDULE_SECONDS \S+ ([0-9.]+)", out)
+    v.schedule_s = float(m.group(1)) if m else None
+    binary = os.path.join(out_dir, f"{v.name}.rungen")
+    cmd = [cfg["cxx"], "-O2", "-std=c++17"]
+    cmd += [f"-I{d}" for d in cfg["include_dirs"]]
+    cmd += [os.path.join(out_dir, f"{v.name}.registration.cpp"),
+            os.path.join(out_dir, f"{v.name}.a"), cfg["rungen_main"],
+            "-o", binary, "-lpthread", "-ldl"]
+    rc, _, out = run(cmd, args.timeout)
+    if rc != 0:
+        v.fail("link RunGen", last_error_line(out))
+        return
+    v.rungen = binary
+
+
+def describe(v):
+    """Input buffer and output names of the pipeline, from RunGen --describe."""
+    rc, _, out = run([v.rungen, "--describe"], 60)
+    if rc != 0:
+        raise RuntimeError(last_error_line(out))
+    inputs = re.findall(r'Input "([^"]+)" is of type Buffer', out)
+    outputs = re.findall(r'Output "([^"]+)"', out)
+    return inputs, outputs
+
+
+def rungen_inputs(inputs):
+    # One seed per input, so that e.g. a stereo pair's images differ.
+    return [f"{name}=random:{i + 1}:estimate" for i, name in enumerate(inputs)] + [
+        "--default_input_scalars=estimate", "--output_extents=estimate"]
+
+
+def verify(cfg, variants, args, work):
+    """Runs each built variant once and compares its outputs with the reference's."""
+    ref = variants[0]
+    built = [v for v in variants if v.rungen]
+    if ref.rungen is None:
+        for v in built[1:]:
+            v.verified = "no reference"
+        return
+    inputs, outputs = describe(ref)
+    for v in built:
+        files = {o: os.path.join(work, v.app, v.scheduler, f"{o}.tmp") for o in outputs}
+        cmd = [v.rungen, "--quiet"] + rungen_inputs(inputs) + [f"{o}={f}" for o, f in files.items()]
+        rc, secs, out = run(cmd, args.timeout)
+        if rc != 0:
+            v.fail("run", last_error_line(out))
+            continue
+        if v is ref:
+            log(f"  reference ran once in {secs:.1f} s (including input generation)")
+            continue
+        if ref.failure:
+            v.verified = "no reference"
+            continue
+        for o in outputs:
+            ref_file = os.path.join(work, v.app, ref.scheduler, f"{o}.tmp")
+            rc, _, out = run([cfg["compare_outputs"], ref_file, files[o], str(args.rel_tol),
+                              str(INTEGER_TOLERANCE.get(v.app, 0))], 600)
+            if rc != 0:
+                v.fail("verify", f"output {o}: {out.strip()}")
+                break
+        else:
+            v.verified = "agree"
+
+
+def benchmark(variants, args):
+    """Interleaved rounds: each round runs every variant once, in a rotated order."""
+    ref = variants[0]
+    runnable = [v for v in variants[1:] if v.rungen and v.failure is None]
+    if not runnable or ref.rungen is None:
+        return
+    inputs, _ = describe(ref)
+    for r in range(args.rounds):
+        order = runnable[r % len(runnable):] + runnable[:r % len(runnable)]
+        for v in order:
+            if v.failure:
+                continue
+            cmd = [v.rungen, "--quiet", "--parsable_output", "--benchmarks=all",
+                   f"--benchmark_min_time={args.min_time}"] + rungen_inputs(inputs)
+            rc, _, out = run(cmd, args.timeout)
+            m = re.search(r"BEST_TIME_MSEC_PER_ITER\s+([0-9.eE+-]+)", out)
+            if rc != 0 or not m:
+                v.fail("benchmark", last_error_line(out))
+                continue
+            v.times_ms.append(float(m.group(1)))
+        log(f"  round {r + 1}/{args.rounds}: " + ", ".join(
+            f"{v.scheduler} {v.times_ms[-1]:.3f} ms" for v in order if v.times_ms and not v.failure))
+
+
+def median_ratio(v, base):
+    """Median of the per-round ratios v / base (rounds in which both ran)."""
+    if not v.times_ms or not base.times_ms or v.failure or base.failure:
+        return None
+    pairs = list(zip(v.times_ms, base.times_ms))
+    return statistics.median(a / b for a, b in pairs) if pairs else None
+
+
+def geomean(values):
+    values = [x for x in values if x]
+    return math.exp(sum(math.log(x) for x in values) / len(values)) if values else None
+
+
+def fmt(x, digits=3):
+    return "—" if x is None else f"{x:.{digits}g}" if x < 1000 else f"{x:.0f}"
+
+
+def machine_line():
+    model = platform.processor() or platform.machine()
+    try:
+        with open("/proc/cpuinfo") as f:
+            m = re.search(r"model name\s*:\s*(.+)", f.read())
+            model = m.group(1).strip() if m else model
+    except OSError:
+        pass
+    return f"{model}, {os.cpu_count()} cores visible, {platform.system()} {platform.release()}"
+
+
+def report(results, schedulers, baseline, args, target, notes):
+    lines = ["# Autoscheduler benchmark bed", ""]
+    lines.append(f"- command: `{' '.join(sys.argv)}`")
+    lines.append(f"- date: {datetime.datetime.now():%Y-%m-%d %H:%M}")
+    lines.append(f"- machine: {machine_line()}")
+    lines.append(f"- target: `{target}`, machine_params `{args.machine_params}`; "
+                 f"{args.rounds} interleaved rounds, RunGen `--benchmark_min_time={args.min_time}`"
+                 f" (best time per round, median over rounds)")
+    env = {k: os.environ[k] for k in ("HL_BEAM_SIZE", "HL_NUM_PASSES", "HL_SEED",
+                                      "HL_WEIGHTS_DIR", "HL_RANDOM_DROPOUT") if k in os.environ}
+    if env:
+        lines.append(f"- environment: {', '.join(f'{k}={v}' for k, v in env.items())}")
+    lines += [f"- {n}" for n in notes]
+    lines.append("")
+
+    lines += [f"## Runtime (ms; in parentheses the ratio to {baseline}, median of per-round "
+              "ratios; lower is better)", ""]
+    lines.append("| app | " + " | ".join(schedulers) + " |")
+    lines.append("|---|" + "---:|" * len(schedulers))
+    ratios = {s: [] for s in schedulers}
+    for app, variants in results.items():
+        by = {v.scheduler: v for v in variants}
+        base = by.get(baseline)
+        cells = []
+        for s in schedulers:
+            v = by[s]
+            if v.failure:
+                cells.append(f"fails ({v.failure[0]})")
+            elif not v.times_ms:
+                cells.append("built" if v.rungen else "—")
+            else:
+                ratio = median_ratio(v, base) if base else None
+                if ratio is not None:
+                    ratios[s].append(ratio)
+                cells.append(f"{fmt(statistics.median(v.times_ms))}"
+                             + (f" ({ratio:.2f})" if ratio is not None else ""))
+        lines.append(f"| {app} | " + " | ".join(cells) + " |")
+    lines.append(f"| **geomean ratio to {baseline}** | " + " | ".join(
+        f"**{fmt(geomean(ratios[s]))}** ({len(ratios[s])} apps)" for s in schedulers) + " |")
+    lines.append("")
+
+    lines += ["## Autoscheduling time (s)", "",
+              "Wall time of the autoscheduler call alone (measured in the generator process by "
+              "the Timed wrapper plugin). In parentheses: the whole generator run, including "
+              "lowering and code generation; the reference column has only that.", ""]
+    cols = ["reference"] + schedulers
+    lines.append("| app | " + " | ".join(cols) + " |")
+    lines.append("|---|" + "---:|" * len(cols))
+    totals = {s: 0.0 for s in cols}
+    for app, variants in results.items():
+        by = {v.scheduler: v for v in variants}
+        cells = []
+        for s in cols:
+            v = by[s]
+            if v.generate_s is None:
+                cells.append(f"fails ({v.failure[0]})" if v.failure else "—")
+                continue
+            totals[s] += v.schedule_s or 0.0
+            cells.append(("—" if v.schedule_s is None else f"{v.schedule_s:.2f}") +
+                         f" ({v.generate_s:.1f})")
+        lines.append(f"| {app} | " + " | ".join(cells) + " |")
+    lines.append("| **total** | " + " | ".join(
+        "—" if s == "reference" else f"**{totals[s]:.0f}**" for s in cols) + " |")
+    lines.append("")
+
+    failures = [v for variants in results.values() for v in variants if v.failure]
+    lines += ["## Failures", ""]
+    if not failures:
+        lines.append("None (see the notes at the top for what was built, run and verified).")
+    else:
+        lines.append("| app | scheduler | stage | message |")
+        lines.append("|---|---|---|---|")
+        for v in failures:
+            msg = v.failure[1].replace("|", "\\|")
+            lines.append(f"| {v.app} | {v.scheduler} | {v.failure[0]} | {msg} |")
+    lines.append("")
+    return "\n".join(lines)
+
+
+def main():
+    args = parse_args()
+    config = args.config or os.path.join(args.build_dir, "apps", "bench", "schedules",
+                                         "bench_schedules.json")
+    with open(config) as f:
+        cfg = json.load(f)
+    # The CPU target CMake chose for the apps (host minus features Halide 14 mis-detects).
+    cpu_target = cfg.get("cpu_target", "host")
+    target = args.target or (f"{cpu_target}-cuda" if args.cuda else cpu_target)
+    plugins = dict(cfg["plugins"])
+    base_schedulers = GPU_SCHEDULERS if args.cuda else CPU_SCHEDULERS
+    baseline = base_schedulers[0]
+    extra = []
+    for spec in args.scheduler:
+        name, _, path = spec.partition("=")
+        if not name or not path or not os.path.exists(path):
+            sys.exit(f"--scheduler {spec}: expected NAME=PLUGIN.so with an existing plugin")
+        plugins[name] = os.path.abspath(path)
+        extra.append(name)
+    schedulers = ([baseline] if args.only_extra else base_schedulers) + \
+        [s for s in extra if s not in base_schedulers]
+    apps = args.apps.split(",") if args.apps else list(cfg["generators"])
+    unknown = [a for a in apps if a not in cfg["generators"]]
+    if unknown:
+        sys.exit(f"unknown apps: {', '.join(unknown)}")
+    work = os.path.abspath(args.work_dir or os.path.join(args.build_dir, "bench_schedules"))
+    os.makedirs(work, exist_ok=True)
+    output = args.output or os.path.join(work, "report.md")
+
+    notes = []
+    can_run = not args.no_run
+    if args.cuda and can_run and not cuda_usable():
+        can_run = False
+        notes.append("no usable CUDA device on this machine: the CUDA variants were built "
+                     "and autoscheduled, not run")
+    if args.no_run:
+        notes.append("--no-run: variants built and autoscheduled, not run")
+
+    results = {}
+    for app in apps:
+        log(f"{app}: building {len(schedulers) + 1} variants")
+        variants = [Variant(app, "reference", None)] + [Variant(app, s, plugins[s])
+                                                        for s in schedulers]
+        for v in variants:
+            build_variant(cfg, v, args, target, work)
+            if v.generate_s is not None:
+                sched = "" if v.schedule_s is None else f"autoschedule {v.schedule_s:.1f} s, "
+                log(f"  {v.scheduler}: {sched}generator {v.generate_s:.1f} s")
+        if can_run:
+            try:
+                verify(cfg, variants, args, work)
+                benchmark(variants, args)
+            except RuntimeError as e:
+                variants[0].fail("describe", str(e))
+        results[app] = variants
+        # Rewrite the report after every app, so a long run can be read while it goes on.
+        with open(output, "w") as f:
+            f.write(report(results, schedulers, baseline, args, target, notes))
+    if args.json:
+        with open(args.json, "w") as f:
+            json.dump({app: [{k: getattr(v, k) for k in ("scheduler", "schedule_s", "generate_s",
+                                                         "failure", "verified", "times_ms")}
+                             for v in variants] for app, variants in results.items()}, f, indent=1)
+    log(f"report written to {output}")
+    print(open(output).read())
+
+
+if __name__ == "__main__":
+    main()
