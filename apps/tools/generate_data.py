@@ -1,0 +1,330 @@
+#!/usr/bin/env python3
+"""Makes cost-model training samples: schedules with random dropout, benchmarked with RunGen.
+
+For each pipeline (a random pipeline seed, or an app generator) it asks an autoscheduler plugin
+for many schedules: one full-beam search plus greedy searches (HL_BEAM_SIZE=1) with random dropout
+and a different HL_SEED each. Every schedule is compiled by the generator into a static library
+with its .featurization, .schedule.h and RunGen registration, linked with RunGenMain into a
+benchmark, timed with RunGen (one at a time, nothing else of ours running), and written as a
+.sample: the .featurization followed by float32 runtime in ms, int32 pipeline id, int32 schedule
+id (the layout of Halide 14's featurization_to_sample, which is used to cross-check the writer).
+
+Layout: OUT/<pipeline>/<pipeline>_s<k>/ holds one schedule's files. It is resumable: a schedule
+whose .sample exists is skipped, one already compiled is only benchmarked, and one marked FAILED
+is skipped unless --retry-failed. Python 3 standard library only.
+
+  generate_data.py --out /tmp/data --random 0:100 --schedules 20
+  generate_data.py --out /tmp/data --app build/apps/pipelines/hkfac_pipeline_harris:harris
+"""
+import argparse
+import concurrent.futures
+import os
+import re
+import shutil
+import struct
+import subprocess
+import sys
+import time
+import zlib
+
+HALIDE_TOOLS = "/usr/lib/x86_64-linux-gnu/halide14"
+RUNGEN_MAIN = "/usr/src/halide14/RunGenMain.cpp"
+HALIDE_INCLUDE = "/usr/include/halide14"
+PLUGINS = {
+    "Adams2019": os.path.join(HALIDE_TOOLS, "libautoschedule_adams2019.so"),
+    "Li2018": os.path.join(HALIDE_TOOLS, "libautoschedule_li2018.so"),
+    "Mullapudi2016": os.path.join(HALIDE_TOOLS, "libautoschedule_mullapudi2016.so"),
+}
+
+
+class Pipeline:
+    """One generator invocation to schedule many times."""
+
+    def __init__(self, name, generator, generator_name, params):
+        self.name = name
+        self.generator = generator
+        self.generator_name = generator_name
+        self.params = params
+        # Stable across runs and machines, so samples made at different times group correctly.
+        self.id = zlib.crc32(name.encode()) & 0x7FFFFFFF
+
+
+def host_target():
+    # Halide 14 puts avx512_sapphirerapids (AVX512-FP16) into "host" on AMD Zen 4, which lacks it.
+    try:
+        return subprocess.run([os.path.join(HALIDE_TOOLS, "get_host_target"),
+                               "avx512_sapphirerapids"], check=True, capture_output=True,
+                              text=True).stdout.strip()
+    except (OSError, subprocess.CalledProcessError):
+        return "host"
+
+
+def tail(text, n=4000):
+    return text[-n:] if text else ""
+
+
+def mark_failed(d, reason, log=""):
+    with open(os.path.join(d, "FAILED"), "w") as f:
+        f.write(reason + "\n\n" + tail(log))
+
+
+def search_env(args, pipeline, k):
+    """Search settings of schedule k: schedule 0 is the full beam, the rest greedy with dropout."""
+    env = dict(os.environ)
+    env["HL_SEED"] = str((pipeline.id * 7919 + k) & 0x7FFFFFFF)
+    if k < args.full_beam:
+        env["HL_BEAM_SIZE"] = str(args.beam_size)
+        env["HL_RANDOM_DROPOUT"] = "100"
+    else:
+        dropouts = [int(v) for v in args.dropout.split(",")]
+        env["HL_BEAM_SIZE"] = "1"
+        env["HL_RANDOM_DROPOUT"] = str(dropouts[k % len(dropouts)])
+    if args.weights:
+        env["HL_WEIGHTS_DIR"] = args.weights
+    return env
+
+
+def compile_schedule(args, target, rungen_obj, pipeline, k, d):
+    """Runs the generator and links the RunGen benchmark; returns compile seconds or None."""
+    fname = f"{pipeline.name}_s{k}"
+    bench = os.path.join(d, "bench")
+    if os.path.exists(bench) and os.path.exists(os.path.join(d, fname + ".featurization")):
+        return 0.0
+    os.makedirs(d, exist_ok=True)
+    env = search_env(args, pipeline, k)
+    cmd = [pipeline.generator, "-g", pipeline.generator_name, "-f", fname, "-o", d,
+           "-e", "static_library,h,registration,schedule,featurization",
+           "-p", args.plugin, "-s", args.scheduler, f"target={target}", "auto_schedule=true",
+           f"machine_params={args.machine_params}"] + pipeline.params
+    with open(os.path.join(d, "search.txt"), "w") as f:
+        f.write(" ".join(f"{v}={env[v]}" for v in ("HL_SEED", "HL_BEAM_SIZE",
+                                                     "HL_RANDOM_DROPOUT")) + "\n")
+        f.write(" ".join(cmd) + "\n")
+    start = time.monotonic()
+    try:
+        proc = subprocess.run(cmd, env=env, capture_output=True, text=True,
+                              timeout=args.compile_timeout)
+    except subprocess.TimeoutExpired:
+        mark_failed(d, f"compile timed out after {args.compile_timeout} s")
+        return None
+    with open(os.path.join(d, "compile_log.txt"), "w") as f:
+        f.write(proc.stdout + proc.stderr)
+    if proc.returncode != 0:
+        mark_failed(d, f"generator exited with {proc.returncode}", proc.stderr)
+        return None
+    link = [args.cxx, "-std=c++17", "-I", HALIDE_INCLUDE,
+            os.path.join(d, fname + ".registration.cpp"), rungen_obj,
+            os.path.join(d, fname + ".a"), "-o", bench, "-ldl", "-lpthread"]
+    try:
+        proc = subprocess.run(link, capture_output=True, text=True, timeout=args.compile_timeout)
+    except subprocess.TimeoutExpired:
+        mark_failed(d, "linking the benchmark timed out")
+        return None
+    if proc.returncode != 0:
+        mark_failed(d, "linking the benchmark failed", proc.stderr)
+        return None
+    # The library is inside the benchmark now; it is the bulk of a schedule's disk use.
+    os.remove(os.path.join(d, fname + ".a"))
+    return time.monotonic() - start
+
+
+BENCH_RE = re.compile(r"best case of ([0-9.eE+-]+) sec/iter")
+
+
+def benchmark(args, d):
+    """Times the benchmark with RunGen; returns milliseconds or None."""
+    env = dict(os.environ)
+    env["HL_NUM_THREADS"] = str(args.threads)
+    cmd = [os.path.join(d, "bench"), "--estimate_all", "--benchmarks=all", "--quiet",
+           f"--benchmark_min_time={args.bench_min_time}"]
+    try:
+        proc = subprocess.run(cmd, env=env, capture_output=True, text=True,
+                              timeout=args.bench_timeout)
+    except subprocess.TimeoutExpired:
+        mark_failed(d, f"benchmark timed out after {args.bench_timeout} s")
+        return None
+    with open(os.path.join(d, "bench.txt"), "w") as f:
+        f.write(proc.stdout + proc.stderr)
+    m = BENCH_RE.search(proc.stdout + proc.stderr)
+    if proc.returncode != 0 or not m:
+        mark_failed(d, f"benchmark exited with {proc.returncode}", proc.stdout + proc.stderr)
+        return None
+    return float(m.group(1)) * 1000.0
+
+
+def write_sample(featurization, ms, pipeline_id, schedule_id, out):
+    with open(featurization, "rb") as f:
+        data = f.read()
+    if len(data) == 0 or len(data) % 4:
+        raise ValueError(f"{featurization}: {len(data)} bytes is not a float32 featurization")
+    tmp = out + ".tmp"
+    with open(tmp, "wb") as f:
+        f.write(data + struct.pack("<fii", ms, pipeline_id, schedule_id))
+    os.replace(tmp, out)  # a sample file is either complete or absent
+
+
+def cross_check(featurization, ms, pipeline_id, schedule_id, sample):
+    """Compares our .sample with Halide 14's featurization_to_sample (which takes seconds)."""
+    tool = os.path.join(HALIDE_TOOLS, "featurization_to_sample")
+    if not os.path.exists(tool):
+        return "featurization_to_sample not found; writer not cross-checked"
+    ref = sample + ".reference"
+    subprocess.run([tool, featurization, repr(ms / 1000.0), str(pipeline_id), str(schedule_id),
+                    ref], check=True, capture_output=True)
+    with open(ref, "rb") as a, open(sample, "rb") as b:
+        want, got = a.read(), b.read()
+    os.remove(ref)
+    # The features and ids must match bit for bit; the runtime may differ in its last bit from
+    # the tool's own seconds-to-milliseconds conversion.
+    t_want, t_got = struct.unpack("<f", want[-12:-8])[0], struct.unpack("<f", got[-12:-8])[0]
+    if (len(want) != len(got) or want[:-12] != got[:-12] or want[-8:] != got[-8:]
+            or abs(t_want - t_got) > 1e-6 * abs(t_want)):
+        raise RuntimeError(f"{sample} differs from featurization_to_sample's output")
+    return "sample layout matches featurization_to_sample"
+
+
+def rungen_object(args, out):
+    """RunGenMain.cpp compiled once per output directory (it is the slow part of each link)."""
+    obj = os.path.join(out, "_rungen", "RunGenMain.o")
+    if not os.path.exists(obj):
+        os.makedirs(os.path.dirname(obj), exist_ok=True)
+        subprocess.run([args.cxx, "-std=c++17", "-O2", "-c", "-I", HALIDE_INCLUDE,
+                        "-DHALIDE_NO_PNG", "-DHALIDE_NO_JPEG", RUNGEN_MAIN, "-o", obj + ".tmp"],
+                       check=True)
+        os.replace(obj + ".tmp", obj)
+    return obj
+
+
+def pipelines_from(args):
+    result = []
+    if args.random:
+        first, count = (int(v) for v in args.random.split(":"))
+        lo, hi = (int(v) for v in args.stages.split(":"))
+        for seed in range(first, first + count):
+            stages = lo + zlib.crc32(str(seed).encode()) % (hi - lo + 1)
+            result.append(Pipeline(f"random_pipeline_seed{seed}_stages{stages}",
+                                   args.random_generator, "random_pipeline",
+                                   [f"seed={seed}", f"stages={stages}"] + args.random_params))
+    for spec in args.app:
+        exe, gen, *params = spec.split(":")
+        result.append(Pipeline(gen, exe, gen, params))
+    return result
+
+
+def main():
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("--out", required=True, help="output directory (resumable)")
+    p.add_argument("--random", help="FIRST:COUNT random pipeline seeds")
+    p.add_argument("--stages", default="4:10", help="LO:HI stage counts of random pipelines")
+    p.add_argument("--random-generator", default="build/apps/random_pipeline/hkfac_random_pipeline")
+    p.add_argument("--random-params", nargs="*", default=[],
+                   help="extra generator params for random pipelines, e.g. width=512 height=512")
+    p.add_argument("--app", action="append", default=[],
+                   help="GENERATOR_EXE:GENERATOR_NAME[:param=value...]; repeatable")
+    p.add_argument("--scheduler", default="Adams2019")
+    p.add_argument("--plugin", help="plugin .so (default: Halide 14's for --scheduler)")
+    p.add_argument("--weights", help="HL_WEIGHTS_DIR for the search")
+    p.add_argument("--schedules", type=int, default=10, help="schedules per pipeline")
+    p.add_argument("--full-beam", type=int, default=1, help="how many of them use the full beam")
+    p.add_argument("--beam-size", type=int, default=32, help="HL_BEAM_SIZE of full-beam runs")
+    p.add_argument("--dropout", default="1,5,25",
+                   help="HL_RANDOM_DROPOUT values cycled over the greedy runs")
+    p.add_argument("--target", help="Halide target (default: host without AVX512-FP16)")
+    p.add_argument("--machine-params", default="2,16777216,40")
+    p.add_argument("--jobs", type=int, default=os.cpu_count() or 1, help="parallel compiles")
+    p.add_argument("--threads", type=int, default=os.cpu_count() or 1,
+                   help="HL_NUM_THREADS while benchmarking")
+    p.add_argument("--compile-timeout", type=float, default=600)
+    p.add_argument("--bench-timeout", type=float, default=60)
+    p.add_argument("--bench-min-time", type=float, default=0.1)
+    p.add_argument("--retry-failed", action="store_true")
+    p.add_argument("--keep-bench", action="store_true",
+                   help="keep each benchmark binary after its sample is written")
+    p.add_argument("--cxx", default=shutil.which("c++") or "c++")
+    args = p.parse_args()
+    args.plugin = args.plugin or PLUGINS.get(args.scheduler)
+    if not args.plugin:
+        p.error(f"no default plugin for scheduler {args.scheduler}; pass --plugin")
+    if args.scheduler not in ("Adams2019", "Hkfac"):
+        print(f"warning: {args.scheduler} ignores HL_BEAM_SIZE / HL_RANDOM_DROPOUT / HL_SEED and "
+              "may not write featurizations", file=sys.stderr)
+    pipelines = pipelines_from(args)
+    if not pipelines:
+        p.error("nothing to do: give --random and/or --app")
+
+    os.makedirs(args.out, exist_ok=True)
+    target = args.target or host_target()
+    rungen_obj = rungen_object(args, args.out)
+    total = len(pipelines) * args.schedules
+    made = skipped = failed = 0
+    checked = None
+    bench_seconds = compile_seconds = 0.0
+    start = time.monotonic()
+    print(f"generate_data: {len(pipelines)} pipelines x {args.schedules} schedules, "
+          f"{args.scheduler}, target {target}, {args.jobs} compile jobs", flush=True)
+    summary = []
+    for pi, pipeline in enumerate(pipelines, 1):
+        todo = []
+        for k in range(args.schedules):
+            d = os.path.join(args.out, pipeline.name, f"{pipeline.name}_s{k}")
+            sample = os.path.join(d, f"{pipeline.name}_s{k}.sample")
+            if os.path.exists(sample):
+                skipped += 1
+                continue
+            if os.path.exists(os.path.join(d, "FAILED")):
+                if not args.retry_failed:
+                    skipped += 1
+                    continue
+                os.remove(os.path.join(d, "FAILED"))
+            todo.append((k, d, sample))
+        # Compile in parallel, then benchmark one at a time with no compile competing for cores.
+        with concurrent.futures.ThreadPoolExecutor(max_workers=args.jobs) as pool:
+            compiled = list(pool.map(
+                lambda t: compile_schedule(args, target, rungen_obj, pipeline, t[0], t[1]), todo))
+        runtimes = []
+        for (k, d, sample), secs in zip(todo, compiled):
+            if secs is None:
+                failed += 1
+                continue
+            compile_seconds += secs
+            t0 = time.monotonic()
+            ms = benchmark(args, d)
+            bench_seconds += time.monotonic() - t0
+            if ms is None:
+                failed += 1
+                continue
+            feat = os.path.join(d, f"{pipeline.name}_s{k}.featurization")
+            write_sample(feat, ms, pipeline.id, k, sample)
+            if checked is None:
+                checked = cross_check(feat, ms, pipeline.id, k, sample)
+            if not args.keep_bench:
+                os.remove(os.path.join(d, "bench"))  # ~1 MB each; the sample is what is kept
+            made += 1
+            runtimes.append(ms)
+            rate = made / max(time.monotonic() - start, 1e-9) * 60
+            print(f"[{pi}/{len(pipelines)}] {pipeline.name} s{k}: {ms:.3f} ms "
+                  f"(compile {secs:.1f} s) | {made} made, {skipped} skipped, {failed} failed "
+                  f"of {total}, {rate:.2f} samples/min", flush=True)
+        if runtimes:
+            summary.append(f"{pipeline.name} (id {pipeline.id}): {len(runtimes)} new samples, "
+                           f"{min(runtimes):.3f}..{max(runtimes):.3f} ms")
+
+    elapsed = time.monotonic() - start
+    lines = [f"pipelines: {len(pipelines)}, schedules each: {args.schedules}",
+             f"samples made: {made}, skipped (done or failed before): {skipped}, failed: {failed}",
+             f"time: {elapsed:.0f} s ({made / max(elapsed, 1e-9) * 60:.2f} samples/min; "
+             f"compile {compile_seconds:.0f} s summed over jobs, benchmark {bench_seconds:.0f} s)",
+             f"writer check: {checked or 'no new sample'}"] + summary
+    with open(os.path.join(args.out, "summary.txt"), "a") as f:
+        f.write(time.strftime("%Y-%m-%d %H:%M:%S") + "\n" + "\n".join(lines) + "\n\n")
+    print("\n".join(lines))
+    return 1 if failed else 0
+
+
+if __name__ == "__main__":
+    try:
+        sys.exit(main())
+    except (OSError, subprocess.SubprocessError, RuntimeError, ValueError) as e:
+        # Everything done so far is kept; rerunning the same command resumes.
+        print(f"generate_data: {e}", file=sys.stderr)
+        sys.exit(2)

@@ -1,0 +1,21 @@
+# ctest script: a seed always lowers to the same code, and a different seed to different code.
+foreach (run IN ITEMS first again other)
+  set(seed ${SEED})
+  if (run STREQUAL "other")
+    math(EXPR seed "${SEED} + 1")
+  endif ()
+  file(MAKE_DIRECTORY "${DIR}/${run}")
+  execute_process(COMMAND "${GEN}" -g random_pipeline -f rp -o "${DIR}/${run}" -e stmt target=host
+                          seed=${seed} stages=6 root_schedule=true
+                  RESULT_VARIABLE rc)
+  if (NOT rc EQUAL 0)
+    message(FATAL_ERROR "generator failed for seed ${seed}")
+  endif ()
+  file(READ "${DIR}/${run}/rp.stmt" stmt_${run})
+endforeach ()
+if (NOT stmt_first STREQUAL stmt_again)
+  message(FATAL_ERROR "seed ${SEED} lowered to different code in two runs")
+endif ()
+if (stmt_first STREQUAL stmt_other)
+  message(FATAL_ERROR "seeds ${SEED} and its successor lowered to the same code")
+endif ()
