@@ -287,6 +287,130 @@ TEST(kfacOptimizer, BatchProcessFuncSeesEveryBatch) {
   EXPECT_EQ(processed, o.num_burnin_steps + 2);
 }
 
+// The spec's maths, written out independently in double precision for a two-layer tanh network
+// with a squared-error loss (= normal, variance 0.5, Fisher 2I) and exact Fisher factors:
+// burn-in as a plain mean, EMA as S / w, G from per-example gradients of the summed loss over B,
+// pi-adjusted damping with diagonal_weight = l2_reg + damping, stale inverses between updates,
+// the l2 term in the gradient, Δ = −lr·u + μ·v with μ = 0 on the first step.
+double relative_error(const MatrixXd &got, const MatrixXd &want) {
+  return (got - want).norm() / std::max(want.norm(), 1e-12);
+}
+
+struct SpecReference {
+  std::vector<MatrixXd> W, b, SA, SG, A_inv, G_inv, vW, vb;
+  double weight = 0.0;
+
+  explicit SpecReference(const Params &p) {
+    for (size_t l = 0; l < 2; ++l) {
+      W.push_back(p[2 * l].cast<double>());
+      b.push_back(p[2 * l + 1].cast<double>());
+      SA.push_back(MatrixXd::Zero(W[l].rows() + 1, W[l].rows() + 1));
+      SG.push_back(MatrixXd::Zero(W[l].cols(), W[l].cols()));
+      vW.push_back(MatrixXd::Zero(W[l].rows(), W[l].cols()));
+      vb.push_back(MatrixXd::Zero(1, W[l].cols()));
+    }
+    A_inv.resize(2);
+    G_inv.resize(2);
+  }
+  // Layer inputs a[0], a[1] and the output.
+  std::vector<MatrixXd> forward(const MatrixXd &x) const {
+    std::vector<MatrixXd> a{x};
+    MatrixXd z0 = x * W[0];
+    z0.rowwise() += b[0].row(0);
+    a.push_back(z0.array().tanh().matrix());
+    MatrixXd z1 = a[1] * W[1];
+    z1.rowwise() += b[1].row(0);
+    a.push_back(z1);
+    return a;
+  }
+  // Output gradients of both layers for an output cotangent.
+  std::vector<MatrixXd> backward(const std::vector<MatrixXd> &a, const MatrixXd &cot) const {
+    const MatrixXd dz1 = cot;
+    const MatrixXd dz0 =
+        ((dz1 * W[1].transpose()).array() * (1.0 - a[1].array().square())).matrix();
+    return {dz0, dz1};
+  }
+  void update_curvature(const MatrixXd &x, double ema_old, double ema_new) {
+    const std::vector<MatrixXd> a = forward(x);
+    const double B = static_cast<double>(x.rows());
+    std::vector<MatrixXd> G{MatrixXd::Zero(SG[0].rows(), SG[0].cols()),
+                            MatrixXd::Zero(SG[1].rows(), SG[1].cols())};
+    for (Eigen::Index k = 0; k < a[2].cols(); ++k) { // exact Fisher: one-hot times √2
+      MatrixXd e = MatrixXd::Zero(a[2].rows(), a[2].cols());
+      e.col(k).setConstant(std::sqrt(2.0));
+      const std::vector<MatrixXd> dz = backward(a, e);
+      for (int l = 0; l < 2; ++l)
+        G[l] += dz[l].transpose() * dz[l] / B;
+    }
+    for (int l = 0; l < 2; ++l) {
+      MatrixXd ab(a[l].rows(), a[l].cols() + 1);
+      ab << a[l], MatrixXd::Ones(a[l].rows(), 1);
+      SA[l] = ema_old * SA[l] + ema_new * ab.transpose() * ab / B;
+      SG[l] = ema_old * SG[l] + ema_new * G[l];
+    }
+    weight = ema_old * weight + ema_new;
+  }
+  void update_inverse(double gamma) {
+    for (int l = 0; l < 2; ++l) {
+      const MatrixXd A = SA[l] / weight, G = SG[l] / weight;
+      const double pi = std::sqrt((A.trace() / A.rows()) / (G.trace() / G.rows()));
+      A_inv[l] = (A + pi * std::sqrt(gamma) * MatrixXd::Identity(A.rows(), A.cols())).inverse();
+      G_inv[l] = (G + std::sqrt(gamma) / pi * MatrixXd::Identity(G.rows(), G.cols())).inverse();
+    }
+  }
+  void step(const MatrixXd &x, const MatrixXd &t, double lr, double mu, double l2) {
+    const std::vector<MatrixXd> a = forward(x);
+    const std::vector<MatrixXd> dz = backward(a, 2.0 * (a[2] - t) / static_cast<double>(x.rows()));
+    for (int l = 0; l < 2; ++l) {
+      MatrixXd V(W[l].rows() + 1, W[l].cols());
+      V << a[l].transpose() * dz[l] + l2 * W[l], dz[l].colwise().sum() + l2 * b[l];
+      const MatrixXd U = A_inv[l] * V * G_inv[l];
+      vW[l] = -lr * U.topRows(W[l].rows()) + mu * vW[l];
+      vb[l] = -lr * U.bottomRows(1) + mu * vb[l];
+      W[l] += vW[l];
+      b[l] += vb[l];
+    }
+  }
+};
+
+TEST(kfacOptimizer, StepsMatchADoublePrecisionReferenceOfTheSpecMaths) {
+  Regression r(6, 16, 7);
+  OptimizerOptions o;
+  o.estimation_mode = EstimationMode::fisher_exact;
+  o.num_burnin_steps = 3;
+  o.inverse_update_period = 2;
+  o.l2_reg = 1e-2f;
+  const double lr = 0.3, mu = 0.8, damping = 1e-2;
+  Optimizer opt(r.model, Regression::value, o);
+  SpecReference ref(r.params);
+
+  std::vector<Batch> batches;
+  for (int i = 0; i < o.num_burnin_steps + 6; ++i)
+    batches.push_back(r.next());
+  size_t pulled = 0;
+  auto source = [&]() { return batches.at(pulled++); };
+  for (int s = 0; s < 6; ++s) {
+    if (s == 0) {
+      for (int i = 0; i < o.num_burnin_steps; ++i)
+        ref.update_curvature(batches[i].inputs.cast<double>(), 1.0, 1.0 / o.num_burnin_steps);
+    }
+    const size_t at = s == 0 ? o.num_burnin_steps : pulled;
+    const MatrixXd x = batches[at].inputs.cast<double>(), t = batches[at].targets.cast<double>();
+    ref.update_curvature(x, o.curvature_ema, 1.0);
+    if (s % o.inverse_update_period == 0)
+      ref.update_inverse(o.l2_reg + damping);
+    ref.step(x, t, lr, s == 0 ? 0.0 : mu, o.l2_reg);
+
+    opt.step(r.params, source, values(lr, mu, damping));
+    for (int l = 0; l < 2; ++l) {
+      EXPECT_LT(relative_error(r.params[2 * l].cast<double>(), ref.W[l]), 1e-4)
+          << "step " << s << " layer " << l << " weights";
+      EXPECT_LT(relative_error(r.params[2 * l + 1].cast<double>(), ref.b[l]), 1e-4)
+          << "step " << s << " layer " << l << " bias";
+    }
+  }
+}
+
 double train(bool kfac, double lr, int steps, double momentum) {
   Regression r(8, 64, 5);
   double loss = 0;
