@@ -31,6 +31,10 @@ ABSL_FLAG(std::string, data_dir, "/usr/share/datasets/fashion-mnist",
           "Directory with the Fashion-MNIST idx files");
 ABSL_FLAG(std::string, optimizer, "kfac", "kfac | adam | sgd");
 ABSL_FLAG(std::string, estimation_mode, "fisher_gradients", "K-FAC curvature estimation mode");
+ABSL_FLAG(bool, use_adaptive_damping, false,
+          "K-FAC: Levenberg-Marquardt damping from the reduction ratio rho");
+ABSL_FLAG(double, norm_constraint, 0.0, "K-FAC: bound on lr^2 <u, g> (0 = no constraint)");
+ABSL_FLAG(int, inverse_update_period, 5, "K-FAC: steps between factor inverse updates");
 ABSL_FLAG(int, log_every, 10, "Print progress every this many steps");
 ABSL_FLAG(double, max_seconds, 0.0, "Stop after this much training time (0 = no limit)");
 ABSL_FLAG(std::string, csv, "autoencoder_loss.csv", "Loss-curve CSV output path");
@@ -128,11 +132,18 @@ int run() {
     o.l2_reg = static_cast<float>(l2);
     o.estimation_mode = hkfac::kfac::parse_estimation_mode(absl::GetFlag(FLAGS_estimation_mode));
     o.seed = seed;
+    o.use_adaptive_damping = absl::GetFlag(FLAGS_use_adaptive_damping);
+    o.initial_damping = damping; // adaptive damping starts from --damping
+    o.inverse_update_period = absl::GetFlag(FLAGS_inverse_update_period);
+    if (absl::GetFlag(FLAGS_norm_constraint) > 0) {
+      o.norm_constraint = absl::GetFlag(FLAGS_norm_constraint);
+    }
     hkfac::kfac::Optimizer opt(model, value, o);
     hkfac::kfac::StepValues v;
     v.learning_rate = lr;
     v.momentum = momentum;
-    v.damping = damping;
+    if (!o.use_adaptive_damping)
+      v.damping = damping;
     for (int s = 0; s < steps; ++s) {
       const hkfac::kfac::StepStats st = opt.step(
           params, [&]() { return data.next_batch(batch_size); }, v);
