@@ -28,7 +28,9 @@ template <typename T> halide_buffer_t *raw(const Buffer<T> &b) {
 // ignoring the base pointer, so a kernel can fault on a host pointer that is not vector-aligned
 // (e.g. a wrapped Eigen matrix, 16-byte aligned). hkfac's own buffers are 128-byte aligned; for
 // others, AlignedArgs stages an aligned copy on the CPU, and copies outputs back once the kernel
-// succeeded (commit()). Aliased arguments (in-place kernels) share one copy.
+// succeeded (commit()). Aliased arguments (in-place kernels) share one copy. The copies live in
+// blocks each thread keeps for reuse: a fresh multi-megabyte allocation per call costs more in
+// page faults than the kernel itself.
 class AlignedArgs {
 public:
   explicit AlignedArgs(Device d) : device_(d) {}
@@ -43,8 +45,9 @@ public:
 private:
   struct Staged {
     halide_buffer_t *original;
-    Buffer<float> copy;
+    Buffer<float> copy; // a view of `block`
     bool written;
+    int block;
   };
   halide_buffer_t *stage(halide_buffer_t *b, bool written);
 

@@ -1,7 +1,10 @@
 // Glue between Halide's C runtime and hkfac's C++ errors: error capture, copies, shape checks.
 #include <HalideRuntime.h>
 
+#include <cstdlib>
+#include <memory>
 #include <string>
+#include <vector>
 
 #include "dispatch.h"
 
@@ -80,6 +83,42 @@ void expect_vector(const halide_buffer_t *b, int n, const char *kernel, const ch
   expect_extent(b, 0, n, kernel, arg);
 }
 
+namespace {
+
+// Per-thread reusable staging storage (see AlignedArgs). Blocks are 128-byte aligned.
+struct StagingBlock {
+  std::unique_ptr<float, decltype(&std::free)> data{nullptr, &std::free};
+  size_t capacity = 0; // floats
+  bool in_use = false;
+};
+thread_local std::vector<StagingBlock> t_blocks;
+
+// Index of a free block of at least n floats, growing or adding one when none fits.
+int acquire_block(size_t n) {
+  int best = -1;
+  for (int i = 0; i < static_cast<int>(t_blocks.size()); i++) {
+    if (!t_blocks[i].in_use && (best < 0 || t_blocks[i].capacity > t_blocks[best].capacity)) {
+      best = i;
+    }
+  }
+  if (best < 0) {
+    t_blocks.emplace_back();
+    best = static_cast<int>(t_blocks.size()) - 1;
+  }
+  StagingBlock &b = t_blocks[best];
+  if (b.capacity < n) {
+    const size_t bytes = (n * sizeof(float) + 127) / 128 * 128;
+    b.data.reset(static_cast<float *>(std::aligned_alloc(128, bytes)));
+    if (!b.data)
+      throw Error("out of memory staging an unaligned buffer of " + std::to_string(n) + " floats");
+    b.capacity = n;
+  }
+  b.in_use = true;
+  return best;
+}
+
+} // namespace
+
 halide_buffer_t *AlignedArgs::stage(halide_buffer_t *b, bool written) {
   // The widest vector Halide uses on these targets (AVX-512) is 64 bytes.
   constexpr uintptr_t kAlign = 64;
@@ -93,17 +132,25 @@ halide_buffer_t *AlignedArgs::stage(halide_buffer_t *b, bool written) {
     }
   }
   Buffer<float> view(*b);
-  Buffer<float> copy = view.copy(); // dense, 128-byte aligned
-  staged_.push_back({b, std::move(copy), written});
+  const int block = acquire_block(view.number_of_elements());
+  // A dense buffer of the same shape over the block (kernels need only dimension 0 contiguous).
+  std::vector<halide_dimension_t> dims(b->dim, b->dim + b->dimensions);
+  int stride = 1;
+  for (halide_dimension_t &d : dims) {
+    d.stride = stride;
+    stride *= d.extent;
+  }
+  Buffer<float> copy(t_blocks[block].data.get(), b->dimensions, dims.data());
+  copy.copy_from(view);
+  staged_.push_back({b, std::move(copy), written, block});
   return staged_.back().copy.raw_buffer();
 }
 
 AlignedArgs::~AlignedArgs() {
-  if (!committed_)
-    return;
   for (Staged &s : staged_) {
-    if (s.written)
+    if (committed_ && s.written)
       Buffer<float>(*s.original).copy_from(s.copy);
+    t_blocks[s.block].in_use = false;
   }
 }
 
