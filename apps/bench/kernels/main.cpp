@@ -1,4 +1,5 @@
 // kernel_bench: runs every registered kernel case; --quick is the demo's short tour.
+#include <cblas.h>
 #include <unistd.h>
 
 #include <cstdio>
@@ -50,8 +51,9 @@ int main(int argc, char **argv) {
       }
     }
     const auto &cuda = hkfac::cuda_status();
-    std::printf("device: %s (CUDA %s)\n", hkfac::device_name(opt.device),
-                cuda.usable ? cuda.device_name.c_str() : cuda.reason.c_str());
+    std::printf("device: %s (CUDA %s); OpenBLAS kernel: %s\n", hkfac::device_name(opt.device),
+                cuda.usable ? cuda.device_name.c_str() : cuda.reason.c_str(),
+                openblas_get_corename());
     return hkfac::bench::run_all(opt);
   } catch (const std::exception &e) {
     std::fprintf(stderr, "kernel_bench: %s\n", e.what());
