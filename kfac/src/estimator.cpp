@@ -1,8 +1,12 @@
 // The curvature estimator: block selection and the six estimation modes.
 #include "hkfac/kfac/estimator.h"
 
+#include <algorithm>
+#include <atomic>
 #include <cmath>
+#include <exception>
 #include <regex>
+#include <thread>
 
 #include "hkfac/error.h"
 
@@ -74,7 +78,7 @@ bool is_ggn_mode(EstimationMode mode) {
 
 CurvatureEstimator::CurvatureEstimator(const Model &model, EstimationMode mode,
                                        const BlockSelection &selection)
-    : mode_(mode) {
+    : mode_(mode), serial_inverses_(selection.block_options.debug_checks) {
   const std::vector<ParamShape> shapes = model.param_shapes();
   num_params_ = shapes.size();
   std::vector<int> owner(shapes.size(), -1);
@@ -185,8 +189,43 @@ void CurvatureEstimator::update_curvature_estimate(Model &model, const LossRegis
 }
 
 void CurvatureEstimator::update_inverse(float diagonal_weight) {
+  // Blocks are independent and their inverses (Eigen factorisations, single-threaded) dominate
+  // a K-FAC step, so they run on all cores, largest first so the big ones do not finish last.
+  const unsigned threads =
+      serial_inverses_ ? 1u
+                       : std::max(1u, std::min<unsigned>(std::thread::hardware_concurrency(),
+                                                         static_cast<unsigned>(blocks_.size())));
+  if (threads <= 1) {
+    for (auto &b : blocks_)
+      b->update_inverse(diagonal_weight);
+    return;
+  }
+  std::vector<CurvatureBlock *> order;
   for (auto &b : blocks_)
-    b->update_inverse(diagonal_weight);
+    order.push_back(b.get());
+  std::stable_sort(
+      order.begin(), order.end(),
+      [](const CurvatureBlock *a, const CurvatureBlock *b) { return a->dim() > b->dim(); });
+  std::atomic<size_t> next{0};
+  std::vector<std::exception_ptr> errors(threads);
+  auto work = [&](unsigned id) {
+    try {
+      for (size_t i = next++; i < order.size(); i = next++)
+        order[i]->update_inverse(diagonal_weight);
+    } catch (...) {
+      errors[id] = std::current_exception();
+    }
+  };
+  std::vector<std::thread> pool;
+  for (unsigned id = 1; id < threads; ++id)
+    pool.emplace_back(work, id);
+  work(0);
+  for (auto &t : pool)
+    t.join();
+  for (auto &e : errors) {
+    if (e)
+      std::rethrow_exception(e);
+  }
 }
 
 Params CurvatureEstimator::multiply_matpower(const Params &vec, int exp,

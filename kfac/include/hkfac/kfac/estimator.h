@@ -73,6 +73,7 @@ public:
 
 private:
   EstimationMode mode_;
+  bool serial_inverses_ = false; // debug mode: one thread, as the optimizer's debug promises
   std::vector<std::unique_ptr<CurvatureBlock>> blocks_;
   std::vector<int> block_tag_; // the model tag index of each block
   size_t num_params_ = 0;
