@@ -99,6 +99,24 @@ void DenseTwoKroneckerFactored::accumulate(float ema_old, float ema_new, const B
   }
 }
 
+namespace {
+
+// (L Lᵀ)⁻¹ = L⁻ᵀ L⁻¹. The factorisation stays in double, where damping-sized pivots need the
+// precision; the triangular inverse and the product run in float, the product on the generated
+// GEMM kernel — several times faster than solving against the identity in double, which
+// dominated a K-FAC step.
+Matrix inverse_from_cholesky(const Eigen::LLT<Eigen::MatrixXd> &llt) {
+  const Eigen::Index n = llt.rows();
+  const Eigen::MatrixXf L = Eigen::MatrixXd(llt.matrixL()).cast<float>();
+  Matrix l_inv = Matrix::Identity(n, n);
+  L.triangularView<Eigen::Lower>().solveInPlace(l_inv);
+  Matrix inverse;
+  ops::gemm(inverse, l_inv, true, l_inv, false);
+  return inverse;
+}
+
+} // namespace
+
 void DenseTwoKroneckerFactored::update_inverse(float diagonal_weight) {
   if (!(diagonal_weight >= 0.0f) || !std::isfinite(diagonal_weight)) {
     fail("update_inverse: 'diagonal_weight' must be finite and >= 0, got " +
@@ -123,8 +141,8 @@ void DenseTwoKroneckerFactored::update_inverse(float diagonal_weight) {
       fail("update_inverse: damped factor is not positive definite (diagonal_weight " +
            std::to_string(diagonal_weight) + " too small?)");
     }
-    a_inv_ = la.solve(Eigen::MatrixXd::Identity(A.rows(), A.cols())).cast<float>();
-    g_inv_ = lg.solve(Eigen::MatrixXd::Identity(G.rows(), G.cols())).cast<float>();
+    a_inv_ = inverse_from_cholesky(la);
+    g_inv_ = inverse_from_cholesky(lg);
   }
   have_inverse_ = true;
 }
