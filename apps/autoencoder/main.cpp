@@ -6,6 +6,8 @@
 // their curves compare fairly. Writes the loss curve as CSV and PNG.
 #include <absl/flags/flag.h>
 #include <absl/flags/parse.h>
+#include <absl/flags/usage.h>
+#include <absl/flags/usage_config.h>
 
 #include <chrono>
 #include <cmath>
@@ -199,6 +201,17 @@ int run() {
 } // namespace
 
 int main(int argc, char **argv) {
+  absl::SetProgramUsageMessage(
+      "Trains kfac_ferminet_alpha's deep autoencoder with K-FAC, Adam or SGD; writes a CSV and a "
+      "PNG loss curve.\nExample: autoencoder --data=fashion_mnist --optimizer=kfac "
+      "--norm_constraint=0.001 --max_seconds=60");
+  // --help lists this program's flags (absl's default filter looks for a file named after the
+  // program, and ours is main.cpp).
+  absl::FlagsUsageConfig config;
+  config.contains_help_flags = [](absl::string_view file) {
+    return file.find("autoencoder/main.cpp") != absl::string_view::npos;
+  };
+  absl::SetFlagsUsageConfig(config);
   absl::ParseCommandLine(argc, argv);
   try {
     return run();
