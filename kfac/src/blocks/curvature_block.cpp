@@ -28,6 +28,23 @@ void CurvatureBlock::fail(const std::string &what) const {
   throw Error(name() + " '" + tag_.name + "': " + what);
 }
 
+void CurvatureBlock::for_each_gradient_pass(
+    float ema_old, float ema_new, const BlockBatch &batch,
+    const std::function<void(const Matrix &g, float decay, float weight)> &update) const {
+  const float per_example = ema_new / static_cast<float>(batch.batch_size);
+  const Matrix no_inputs;
+  float decay = ema_old;
+  for (const Matrix &dy : batch.output_grads) {
+    const Matrix g = per_example_gradients(tag(), batch.inputs ? *batch.inputs : no_inputs, dy);
+    if (g.cols() != dim()) {
+      fail("update_curvature_estimate: per-example gradients have " + std::to_string(g.cols()) +
+           " columns, the block covers " + std::to_string(dim()) + " parameters");
+    }
+    update(g, decay, per_example);
+    decay = 1.0f;
+  }
+}
+
 void CurvatureBlock::init() {
   weight_ = 0.0;
   reset();

@@ -22,18 +22,9 @@ Matrix FullBlock::covariance() const {
 void FullBlock::accumulate(float ema_old, float ema_new, const BlockBatch &batch) {
   if (sum_.rows() != dim())
     reset();
-  const float per_example = ema_new / static_cast<float>(batch.batch_size);
-  const Matrix no_inputs;
-  float decay = ema_old;
-  for (const Matrix &dy : batch.output_grads) {
-    const Matrix g = per_example_gradients(tag(), batch.inputs ? *batch.inputs : no_inputs, dy);
-    if (g.cols() != dim()) {
-      fail("update_curvature_estimate: per-example gradients have " + std::to_string(g.cols()) +
-           " columns, the block covers " + std::to_string(dim()) + " parameters");
-    }
-    ops::covariance_update(sum_, g, decay, per_example, false);
-    decay = 1.0f;
-  }
+  for_each_gradient_pass(ema_old, ema_new, batch, [&](const Matrix &g, float decay, float weight) {
+    ops::covariance_update(sum_, g, decay, weight, false);
+  });
 }
 
 void FullBlock::update_inverse(float diagonal_weight) {

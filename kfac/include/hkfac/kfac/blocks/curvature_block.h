@@ -1,6 +1,7 @@
 // The interface every curvature block implements, and the factory that picks a block per tag.
 #pragma once
 
+#include <functional>
 #include <memory>
 #include <string>
 #include <vector>
@@ -64,6 +65,13 @@ protected:
   // 1/w, or 0 before the first update (an empty estimate reads as zero curvature).
   float inverse_weight() const { return weight_ > 0.0 ? static_cast<float>(1.0 / weight_) : 0.0f; }
   [[noreturn]] void fail(const std::string &what) const;
+  // For blocks estimated from per-example gradients (diagonal, full): calls
+  // update(g, decay, weight) once per backward pass of `batch`, with g the (batch x dim())
+  // per-example gradients, decay = ema_old on the first pass and 1 after, and
+  // weight = ema_new / batch size.
+  void for_each_gradient_pass(
+      float ema_old, float ema_new, const BlockBatch &batch,
+      const std::function<void(const Matrix &g, float decay, float weight)> &update) const;
 
   // Flattening used by the full and diagonal blocks (1 x dim()).
   Matrix flatten(const std::vector<Matrix> &vec) const;
