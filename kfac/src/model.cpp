@@ -47,8 +47,8 @@ int tag_param_count(const LayerTag &tag, const std::vector<ParamShape> &shapes) 
   return n;
 }
 
-Matrix per_example_gradients(const LayerTag &tag, const Matrix &inputs,
-                             const Matrix &output_grads) {
+Matrix per_example_gradients(const LayerTag &tag, const Matrix &inputs, const Matrix &output_grads,
+                             Eigen::Index batch_size) {
   const Matrix &x = inputs, &dy = output_grads;
   const Eigen::Index batch = dy.rows();
   switch (tag.kind) {
@@ -81,7 +81,17 @@ Matrix per_example_gradients(const LayerTag &tag, const Matrix &inputs,
   }
   case TagKind::conv2d: {
     // Row i is vec_rowmajor(Σ_t x̄_t ds_tᵀ) over example i's T locations.
-    const Eigen::Index T = tag.locations, din = x.cols(), dout = dy.cols();
+    Eigen::Index T = tag.locations;
+    if (T == 0) {
+      if (batch_size < 1 || dy.rows() % batch_size != 0) {
+        throw Error("per_example_gradients: tag '" + tag.name +
+                    "' has per-batch locations; need a batch size dividing the " +
+                    std::to_string(dy.rows()) + " recorded rows, got " +
+                    std::to_string(batch_size));
+      }
+      T = dy.rows() / batch_size;
+    }
+    const Eigen::Index din = x.cols(), dout = dy.cols();
     const Eigen::Index examples = dy.rows() / T;
     Matrix g(examples, (din + (tag.has_bias ? 1 : 0)) * dout);
     for (Eigen::Index i = 0; i < examples; ++i) {

@@ -308,6 +308,52 @@ TEST(kfacBlocks, Conv2DBlockCurvatureIsLocationsTimesKroneckerProduct) {
   EXPECT_LT(rel_err(flat(back), flat(v)), 1e-4);
 }
 
+// Batches with different numbers of locations (T = 2, then 5) under a per-batch tag
+// (locations = 0): each batch contributes A_b = Σ_t x̄ x̄ᵀ / B and G_b = Σ ds dsᵀ / (B·T_b), and
+// the estimate is their EMA-weighted mean; the diagonal block sees the same per-example
+// gradients as with a fixed T.
+TEST(kfacBlocks, Conv2DBlockWithPerBatchLocationsWeighsEachBatchByItsOwnT) {
+  const int din = 3, dout = 2;
+  TagFixture f;
+  f.tag.kind = TagKind::conv2d;
+  f.tag.name = "per_stage";
+  f.tag.has_bias = true;
+  f.tag.locations = 0;
+  f.tag.params = {0, 1};
+  f.shapes = {{din, dout, "kernel"}, {1, dout, "b"}};
+  auto block = make_block(default_block_kind(TagKind::conv2d), f.tag, f.shapes);
+  auto diag = make_block(BlockKind::naive_diagonal, f.tag, f.shapes);
+  block->init();
+  diag->init();
+  std::mt19937 rng(72);
+  MatrixXd A = MatrixXd::Zero(din + 1, din + 1), G = MatrixXd::Zero(dout, dout);
+  MatrixXd D = MatrixXd::Zero((din + 1) * dout, 1);
+  const float ema_old[2] = {0.0f, 0.5f}, ema_new[2] = {1.0f, 0.5f};
+  for (int b = 0; b < 2; ++b) {
+    const int T = b == 0 ? 2 : 5;
+    f.inputs = random_matrix(B * T, din, rng);
+    f.grads = {random_matrix(B * T, dout, rng)};
+    block->update_curvature_estimate(ema_old[b], ema_new[b], batch_of(f));
+    diag->update_curvature_estimate(ema_old[b], ema_new[b], batch_of(f));
+    MatrixXd xbar(B * T, din + 1);
+    xbar.leftCols(din) = f.inputs.cast<double>();
+    xbar.col(din).setOnes();
+    const MatrixXd dy = f.grads[0].cast<double>();
+    A = ema_old[b] * A + ema_new[b] * xbar.transpose() * xbar / B;
+    G = ema_old[b] * G + ema_new[b] * dy.transpose() * dy / (B * T);
+    LayerTag fixed = f.tag;
+    fixed.locations = T;
+    const MatrixXd g = per_example_gradients(fixed, f.inputs, f.grads[0]).cast<double>();
+    D = ema_old[b] * D + ema_new[b] * g.array().square().colwise().sum().transpose().matrix() / B;
+  }
+  EXPECT_LT(rel_err(block->full_curvature(), kron(A, G)), 1e-5);
+  EXPECT_LT(rel_err(MatrixXd(diag->full_curvature().diagonal()), D), 1e-5);
+  f.tag.kind = TagKind::dense;
+  EXPECT_THROW(make_block(default_block_kind(TagKind::dense), f.tag, {{din, dout, "w"},
+                                                                       {1, dout, "b"}}),
+               hkfac::Error);
+}
+
 TEST(kfacBlocks, FactoryRejectsBlocksThatCannotHandleTheTag) {
   TagFixture s = scale_and_shift_fixture(3, 1);
   EXPECT_THROW(make_block(BlockKind::dense_two_kronecker_factored, s.tag, s.shapes), Error);

@@ -51,8 +51,8 @@ DenseTwoKroneckerFactored::DenseTwoKroneckerFactored(const LayerTag &tag,
                 ": tag '" + tag.name + "' is " + tag_kind_name(tag.kind) + ", expected " +
                 tag_kind_name(expected));
   }
-  if (tag.locations < 1)
-    throw Error("tag '" + tag.name + "': locations must be >= 1");
+  if (tag.locations < 0 || (tag.locations == 0 && tag.kind != TagKind::conv2d))
+    throw Error("tag '" + tag.name + "': locations must be >= 1 (0, per batch, for conv2d)");
   const std::vector<ParamShape> &s = this->shapes();
   if (s.size() != (tag.has_bias ? 2u : 1u) ||
       (tag.has_bias && (s[1].rows != 1 || s[1].cols != s[0].cols))) {
@@ -72,19 +72,21 @@ void DenseTwoKroneckerFactored::reset() {
 }
 
 Matrix DenseTwoKroneckerFactored::factor_a() const {
-  return a_sum_ * (inverse_weight() * static_cast<float>(tag().locations));
+  return a_sum_ * inverse_weight();
 }
 Matrix DenseTwoKroneckerFactored::factor_g() const { return g_sum_ * inverse_weight(); }
 
 void DenseTwoKroneckerFactored::accumulate(float ema_old, float ema_new, const BlockBatch &batch) {
-  const Eigen::Index rows = static_cast<Eigen::Index>(batch.batch_size) * tag().locations;
+  const Eigen::Index rows = batch.output_grads.front().rows();
   if (!batch.inputs || batch.inputs->rows() != rows || batch.inputs->cols() != d_in_) {
     fail("update_curvature_estimate: 'batch.inputs' must be " + std::to_string(rows) + " x " +
          std::to_string(d_in_));
   }
-  // Averages over examples (and locations, for conv2d).
+  // KFC (Grosse & Martens 2016): A sums over an example's locations and averages over examples;
+  // G averages over both. Weighting each batch by its own T keeps this right when T varies.
+  const float per_example_a = ema_new / static_cast<float>(batch.batch_size);
   const float per_example = ema_new / static_cast<float>(rows);
-  ops::covariance_update(a_sum_, *batch.inputs, ema_old, per_example, tag().has_bias);
+  ops::covariance_update(a_sum_, *batch.inputs, ema_old, per_example_a, tag().has_bias);
   float decay = ema_old;
   for (const Matrix &ds : batch.output_grads) {
     if (ds.cols() != d_out_) {

@@ -27,6 +27,9 @@ TagKind parse_tag_kind(const std::string &text);
 //                     is a dense layer over image patches: it records the patches (B·T x k·k·C_in,
 //                     the T = `locations` output positions of each example in consecutive rows)
 //                     and the pre-activation gradients at every location (B·T x C_out).
+//                     `locations` = 0 means T varies from batch to batch (a per-stage layer of a
+//                     network over pipelines of different lengths); T is then read from each
+//                     batch as rows / batch size.
 struct LayerTag {
   TagKind kind = TagKind::generic;
   std::string name;
@@ -36,7 +39,7 @@ struct LayerTag {
   bool has_shift = false; // scale_and_shift
   int input_dim = 0;      // dense, scale_and_shift
   int output_dim = 0;     // dense, scale_and_shift, conv2d; generic: flattened parameter count
-  int locations = 1;      // conv2d: output positions per example (rows per example in records)
+  int locations = 1; // conv2d: output positions per example (rows per example); 0: per batch
 };
 
 // What the last forward / backward recorded for one tag (see LayerTag for the meaning per kind).
@@ -85,7 +88,9 @@ Params zero_params(const Model &model);
 // The per-example gradients of a tag's parameters (B x P, parameters flattened row-major and
 // concatenated in LayerTag::params order), computed from what the tag recorded (`inputs` is
 // ignored for generic tags). Lets any tag be handled by a generic (diagonal or full) block.
-Matrix per_example_gradients(const LayerTag &tag, const Matrix &inputs, const Matrix &output_grads);
+// `batch_size` is needed only for conv2d tags with a per-batch number of locations.
+Matrix per_example_gradients(const LayerTag &tag, const Matrix &inputs, const Matrix &output_grads,
+                             Eigen::Index batch_size = 0);
 
 // Total number of scalar parameters of a tag, from the model's shapes.
 int tag_param_count(const LayerTag &tag, const std::vector<ParamShape> &shapes);
