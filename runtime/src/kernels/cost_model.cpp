@@ -1,0 +1,213 @@
+// Dispatch for the cost model kernels: shape and value checks, then the library built for S.
+#include "hkfac/kernels/cost_model.h"
+
+#include <cmath>
+#include <sstream>
+#include <vector>
+
+#include "dispatch.h"
+#include "hkfac_k_cost_model_predict_s39_cpu.h"
+#include "hkfac_k_cost_model_predict_s73_cpu.h"
+#include "hkfac_k_cost_model_train_s39_cpu.h"
+#include "hkfac_k_cost_model_train_s73_cpu.h"
+#if HKFAC_HAVE_CUDA
+#include "hkfac_k_cost_model_predict_s39_cuda.h"
+#include "hkfac_k_cost_model_predict_s73_cuda.h"
+#include "hkfac_k_cost_model_train_s39_cuda.h"
+#include "hkfac_k_cost_model_train_s73_cuda.h"
+#endif
+
+namespace hkfac::kernels {
+namespace {
+
+constexpr int kHead1 = 8, kHead2 = 24, kConv1 = 32, kRows = 40, kTypes = 7;
+
+std::string describe_extents(const std::vector<int> &extents) {
+  std::ostringstream os;
+  os << "(";
+  for (size_t d = 0; d < extents.size(); d++)
+    os << (d ? ", " : "") << extents[d];
+  os << ")";
+  return os.str();
+}
+
+std::vector<int> extents_of(const halide_buffer_t *b) {
+  std::vector<int> e;
+  for (int d = 0; d < b->dimensions; d++)
+    e.push_back(b->dim[d].extent);
+  return e;
+}
+
+bool has_shape(const halide_buffer_t *b, const std::vector<int> &extents) {
+  return b != nullptr && (b->host != nullptr || b->device != 0) && extents_of(b) == extents;
+}
+
+// Throws naming the argument, the expected and the found shape (Halide order, dim 0 first).
+void expect_shape(const halide_buffer_t *b, const std::vector<int> &extents, const char *kernel,
+                  const char *arg) {
+  if (b == nullptr || (b->host == nullptr && b->device == 0)) {
+    throw Error(std::string(kernel) + ": argument '" + arg + "' is an empty buffer, expected " +
+                "shape " + describe_extents(extents));
+  }
+  if (!has_shape(b, extents)) {
+    throw Error(std::string(kernel) + ": argument '" + arg + "' has shape " +
+                describe_extents(extents_of(b)) + ", expected " + describe_extents(extents));
+  }
+}
+
+// Reads the feature count from schedule_features and checks every input against it.
+struct Shape {
+  int batch, num_features, stages;
+};
+
+Shape check_inputs(const Buffer<float> &pipeline_features, const Buffer<float> &schedule_features,
+                   const CostModelWeights &w, int num_cores, const char *k) {
+  const halide_buffer_t *sf = schedule_features.raw_buffer();
+  if (sf == nullptr || (sf->host == nullptr && sf->device == 0)) {
+    throw Error(std::string(k) + ": argument 'schedule_features' is an empty buffer");
+  }
+  if (sf->dimensions != 3) {
+    throw Error(std::string(k) +
+                ": argument 'schedule_features' must be 3-D (batch, S, stages), "
+                "got shape " +
+                describe_extents(extents_of(sf)));
+  }
+  const Shape s{sf->dim[0].extent, sf->dim[1].extent, sf->dim[2].extent};
+  if (s.num_features != 39 && s.num_features != 73) {
+    throw Error(std::string(k) + ": argument 'schedule_features' has " +
+                std::to_string(s.num_features) +
+                " features in dimension 1, expected 39 (CPU) or 73 (GPU)");
+  }
+  if (s.batch < 1 || s.stages < 1) {
+    throw Error(std::string(k) + ": argument 'schedule_features' has shape " +
+                describe_extents(extents_of(sf)) + ", expected batch and stages >= 1");
+  }
+  if (num_cores < 1) {
+    throw Error(std::string(k) + ": argument 'num_cores' must be >= 1, got " +
+                std::to_string(num_cores));
+  }
+  expect_shape(pipeline_features.raw_buffer(), {kRows, kTypes, s.stages}, k, "pipeline_features");
+  expect_shape(w.head1_filter.raw_buffer(), {kHead1, kRows, kTypes}, k, "head1_filter");
+  expect_shape(w.head1_bias.raw_buffer(), {kHead1}, k, "head1_bias");
+  expect_shape(w.head2_filter.raw_buffer(), {kHead2, s.num_features}, k, "head2_filter");
+  expect_shape(w.head2_bias.raw_buffer(), {kHead2}, k, "head2_bias");
+  expect_shape(w.conv1_filter.raw_buffer(), {kConv1, kConv1}, k, "conv1_filter");
+  expect_shape(w.conv1_bias.raw_buffer(), {kConv1}, k, "conv1_bias");
+  return s;
+}
+
+void ensure_shape(Buffer<float> &b, const std::vector<int> &extents) {
+  if (!has_shape(b.raw_buffer(), extents)) {
+    b = Buffer<float>(extents);
+    b.fill(0.0f);
+  }
+}
+
+// The loss divides by runtimes: a zero, negative or non-finite one would poison the whole batch.
+void check_runtimes(const Buffer<float> &true_runtimes, int batch, const char *k) {
+  expect_shape(true_runtimes.raw_buffer(), {batch}, k, "true_runtimes");
+  sync_to_host(detail::raw(true_runtimes), "true_runtimes");
+  for (int n = 0; n < batch; n++) {
+    const float t = true_runtimes(n);
+    if (!(std::isfinite(t) && t > 0.0f)) {
+      throw Error(std::string(k) + ": argument 'true_runtimes' must be finite and > 0, got " +
+                  std::to_string(t) + " at index " + std::to_string(n));
+    }
+  }
+}
+
+} // namespace
+
+CostModelWeights make_cost_model_weights(int num_schedule_features) {
+  if (num_schedule_features != 39 && num_schedule_features != 73) {
+    throw Error("make_cost_model_weights: argument 'num_schedule_features' must be 39 or 73, got " +
+                std::to_string(num_schedule_features));
+  }
+  CostModelWeights w{Buffer<float>(kHead1, kRows, kTypes),
+                     Buffer<float>(kHead1),
+                     Buffer<float>(kHead2, num_schedule_features),
+                     Buffer<float>(kHead2),
+                     Buffer<float>(kConv1, kConv1),
+                     Buffer<float>(kConv1)};
+  for (Buffer<float> *b : {&w.head1_filter, &w.head1_bias, &w.head2_filter, &w.head2_bias,
+                           &w.conv1_filter, &w.conv1_bias}) {
+    b->fill(0.0f);
+  }
+  return w;
+}
+
+void cost_model_predict(const Buffer<float> &pipeline_features,
+                        const Buffer<float> &schedule_features, const CostModelWeights &weights,
+                        int num_cores, Buffer<float> &predictions, Device dev) {
+  constexpr const char *k = "cost_model_predict";
+  const Shape s = check_inputs(pipeline_features, schedule_features, weights, num_cores, k);
+  expect_shape(predictions.raw_buffer(), {s.batch}, k, "predictions");
+  detail::AlignedArgs args(dev);
+  halide_buffer_t *pf = args.in(pipeline_features), *sf = args.in(schedule_features),
+                  *h1f = args.in(weights.head1_filter), *h1b = args.in(weights.head1_bias),
+                  *h2f = args.in(weights.head2_filter), *h2b = args.in(weights.head2_bias),
+                  *c1f = args.in(weights.conv1_filter), *c1b = args.in(weights.conv1_bias),
+                  *p = args.out(predictions);
+  if (s.num_features == 39) {
+    HKFAC_RUN(cost_model_predict_s39, dev, pf, sf, h1f, h1b, h2f, h2b, c1f, c1b, num_cores, p);
+  } else {
+    HKFAC_RUN(cost_model_predict_s73, dev, pf, sf, h1f, h1b, h2f, h2b, c1f, c1b, num_cores, p);
+  }
+  args.commit();
+}
+
+void cost_model_train(const Buffer<float> &pipeline_features,
+                      const Buffer<float> &schedule_features, const CostModelWeights &weights,
+                      int num_cores, const Buffer<float> &true_runtimes,
+                      const Buffer<float> &cotangent, float loss_weight, float penalty_weight,
+                      CostModelTrainOutputs &out, Device dev) {
+  constexpr const char *k = "cost_model_train";
+  const Shape s = check_inputs(pipeline_features, schedule_features, weights, num_cores, k);
+  check_runtimes(true_runtimes, s.batch, k);
+  expect_shape(cotangent.raw_buffer(), {s.batch}, k, "cotangent");
+  if (!std::isfinite(loss_weight) || !std::isfinite(penalty_weight)) {
+    throw Error(std::string(k) + ": arguments 'loss_weight' and 'penalty_weight' must be finite");
+  }
+
+  ensure_shape(out.loss, {2});
+  ensure_shape(out.predictions, {s.batch});
+  ensure_shape(out.grads.head1_filter, {kHead1, kRows, kTypes});
+  ensure_shape(out.grads.head1_bias, {kHead1});
+  ensure_shape(out.grads.head2_filter, {kHead2, s.num_features});
+  ensure_shape(out.grads.head2_bias, {kHead2});
+  ensure_shape(out.grads.conv1_filter, {kConv1, kConv1});
+  ensure_shape(out.grads.conv1_bias, {kConv1});
+  ensure_shape(out.head1_out_grad, {kHead1, s.batch, s.stages});
+  ensure_shape(out.head2_input, {s.num_features, s.batch, s.stages});
+  ensure_shape(out.head2_out_grad, {kHead2, s.batch, s.stages});
+  ensure_shape(out.conv1_input, {kConv1, s.batch, s.stages});
+  ensure_shape(out.conv1_out_grad, {kConv1, s.batch, s.stages});
+
+  detail::AlignedArgs args(dev);
+  halide_buffer_t *pf = args.in(pipeline_features), *sf = args.in(schedule_features),
+                  *h1f = args.in(weights.head1_filter), *h1b = args.in(weights.head1_bias),
+                  *h2f = args.in(weights.head2_filter), *h2b = args.in(weights.head2_bias),
+                  *c1f = args.in(weights.conv1_filter), *c1b = args.in(weights.conv1_bias),
+                  *t = args.in(true_runtimes), *cot = args.in(cotangent);
+  halide_buffer_t *loss = args.out(out.loss), *pred = args.out(out.predictions),
+                  *g_h1f = args.out(out.grads.head1_filter),
+                  *g_h1b = args.out(out.grads.head1_bias),
+                  *g_h2f = args.out(out.grads.head2_filter),
+                  *g_h2b = args.out(out.grads.head2_bias),
+                  *g_c1f = args.out(out.grads.conv1_filter),
+                  *g_c1b = args.out(out.grads.conv1_bias), *h1og = args.out(out.head1_out_grad),
+                  *h2in = args.out(out.head2_input), *h2og = args.out(out.head2_out_grad),
+                  *c1in = args.out(out.conv1_input), *c1og = args.out(out.conv1_out_grad);
+  if (s.num_features == 39) {
+    HKFAC_RUN(cost_model_train_s39, dev, pf, sf, h1f, h1b, h2f, h2b, c1f, c1b, num_cores, t, cot,
+              loss_weight, penalty_weight, loss, pred, g_h1f, g_h1b, g_h2f, g_h2b, g_c1f, g_c1b,
+              h1og, h2in, h2og, c1in, c1og);
+  } else {
+    HKFAC_RUN(cost_model_train_s73, dev, pf, sf, h1f, h1b, h2f, h2b, c1f, c1b, num_cores, t, cot,
+              loss_weight, penalty_weight, loss, pred, g_h1f, g_h1b, g_h2f, g_h2b, g_c1f, g_c1b,
+              h1og, h2in, h2og, c1in, c1og);
+  }
+  args.commit();
+}
+
+} // namespace hkfac::kernels
