@@ -1,0 +1,88 @@
+// Writes the cost model's prediction for every sample, and its ordering accuracy over them.
+#include <absl/flags/flag.h>
+
+#include <cstdio>
+#include <fstream>
+#include <iostream>
+#include <thread>
+
+#include "hkfac/cost_model/samples.h"
+#include "hkfac/cost_model/weights.h"
+#include "hkfac/error.h"
+#include "tool_main.h"
+#include "training/evaluation.h"
+
+ABSL_FLAG(std::string, weights, "", "The .weights file or weights directory (required)");
+ABSL_FLAG(std::string, predictions_file, "",
+          "Write 'path,predicted,measured_ms' per sample here (default: stdout)");
+ABSL_FLAG(std::string, samples, "", "File listing .sample paths, one per line (default: stdin)");
+ABSL_FLAG(int, schedule_features, 39, "Schedule features per stage: 39 (CPU) or 73 (GPU)");
+ABSL_FLAG(int, num_cores, 0, "Cores of the machine the schedules are for (0: this machine's)");
+ABSL_FLAG(bool, allow_version_mismatch, false, "Accept weights with other feature versions");
+
+int main(int argc, char **argv) {
+  namespace cm = hkfac::cost_model;
+  return hkfac::tools::run_tool(
+      argc, argv, "predict", "predict.cpp",
+      "Predicts the runtime of every sample (paths on stdin or --samples).\n"
+      "  predict --weights=W.weights [--predictions_file=OUT.csv] < samples.txt",
+      [](const std::vector<std::string> &args) {
+        if (!args.empty())
+          throw hkfac::Error("unexpected argument '" + args.front() + "'");
+        const std::string weights = absl::GetFlag(FLAGS_weights);
+        if (weights.empty())
+          throw hkfac::Error("--weights is required");
+        const int S = absl::GetFlag(FLAGS_schedule_features);
+        int cores = absl::GetFlag(FLAGS_num_cores);
+        if (cores <= 0)
+          cores = static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
+        cm::WeightsLoadOptions load;
+        load.expected_schedule_features = S;
+        load.allow_version_mismatch = absl::GetFlag(FLAGS_allow_version_mismatch);
+        const cm::Weights w = cm::load_weights(weights, load);
+
+        std::vector<std::string> paths;
+        if (const std::string list = absl::GetFlag(FLAGS_samples); !list.empty()) {
+          std::ifstream in(list);
+          if (!in)
+            throw hkfac::Error("--samples: cannot open '" + list + "'");
+          paths = cm::read_path_list(in);
+        } else {
+          paths = cm::read_path_list(std::cin);
+        }
+        cm::SampleSet set = cm::load_samples(paths, S);
+        for (const cm::SampleRejection &r : set.rejected)
+          std::fprintf(stderr, "rejected %s: %s\n", r.path.c_str(), r.reason.c_str());
+        const cm::TrainingData data =
+            cm::make_training_data(std::move(set), S, cm::Split{cm::Split::Kind::none, ""}, false);
+
+        std::ofstream file;
+        const std::string out = absl::GetFlag(FLAGS_predictions_file);
+        if (!out.empty()) {
+          file.open(out);
+          if (!file)
+            throw hkfac::Error("--predictions_file: cannot write '" + out + "'");
+        }
+        std::ostream &os = out.empty() ? std::cout : file;
+        os << "path,predicted,measured_ms\n";
+        cm::Score score;
+        for (const cm::PipelineData &p : data.pipelines) {
+          const std::vector<float> predicted = cm::predict(w, p, p.train, cores);
+          std::vector<float> measured;
+          for (size_t k = 0; k < p.train.size(); ++k) {
+            const int i = p.train[k];
+            measured.push_back(p.runtimes_ms[i]);
+            os << p.paths[i] << "," << predicted[k] << "," << p.runtimes_ms[i] << "\n";
+          }
+          cm::accumulate_score(predicted, measured, score);
+        }
+        cm::finish_score(score);
+        std::fprintf(stderr, "%zu schedules over %zu pipelines: loss %.4f, ordering accuracy %.3f "
+                             "over %zu pairs more than %.1fx apart\n",
+                     data.train_schedules(), data.pipelines.size(), score.loss, score.accuracy,
+                     score.pairs, cm::kOrderingRatio);
+        if (!os)
+          throw hkfac::Error("cannot write the predictions");
+        return 0;
+      });
+}

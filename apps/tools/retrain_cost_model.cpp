@@ -1,0 +1,245 @@
+// Trains the cost model on .sample files with K-FAC or Adam (the flags of Halide's tool of this
+// name, plus --optimizer, --validation, --csv and --predictions_file).
+#include <absl/flags/flag.h>
+
+#include <cstdio>
+#include <fstream>
+#include <iostream>
+#include <sstream>
+#include <thread>
+
+#include "hkfac/cost_model/samples.h"
+#include "hkfac/cost_model/weights.h"
+#include "hkfac/error.h"
+#include "tool_main.h"
+#include "training/trainer.h"
+
+ABSL_FLAG(int, epochs, 50, "Passes over the training pipelines");
+ABSL_FLAG(std::string, rates, "0.0001",
+          "Adam: comma-separated learning rates; one model is trained per rate and the one with "
+          "the lowest validation loss is written (K-FAC: see --kfac_rate)");
+ABSL_FLAG(std::string, initial_weights, "", "Start from this .weights file or weights directory");
+ABSL_FLAG(bool, randomize_weights, false, "Start from random weights (seeded by --seed)");
+ABSL_FLAG(std::string, weights_out, "", "Write the trained weights here (.weights)");
+ABSL_FLAG(int, num_cores, 0,
+          "Cores of the machine that benchmarked the samples (0: this machine's)");
+ABSL_FLAG(std::string, best_benchmark, "",
+          "Write the fastest sample's runtime (ms) and path to this file");
+ABSL_FLAG(std::string, best_schedule, "",
+          "Copy the fastest sample's .schedule.h (next to the sample) to this file");
+ABSL_FLAG(std::string, optimizer, "kfac", "kfac | adam");
+ABSL_FLAG(std::string, validation, "hash",
+          "hash (a fixed fifth of each pipeline's schedules) | app:NAME (hold out a pipeline) | "
+          "none");
+ABSL_FLAG(std::string, csv, "", "Per-epoch CSV: rate, epoch, seconds, losses, accuracies");
+ABSL_FLAG(std::string, predictions_file, "",
+          "After training, write 'path,predicted,measured_ms,split' for every sample");
+ABSL_FLAG(std::string, samples, "", "File listing .sample paths, one per line (default: stdin)");
+ABSL_FLAG(int, schedule_features, 39, "Schedule features per stage: 39 (CPU) or 73 (GPU)");
+ABSL_FLAG(int, batch_size, 128, "Most schedules of one pipeline per step");
+ABSL_FLAG(int, seed, 0, "Seed for random weights, batch order and subsets");
+ABSL_FLAG(double, max_seconds, 0, "Stop a run after this much training time (0: no limit)");
+ABSL_FLAG(double, penalty_weight, 1e-4, "Adam: weight of the negative conv1 pre-activation penalty");
+ABSL_FLAG(bool, kfac_adaptive, false,
+          "K-FAC: adaptive damping, learning rate and momentum from the quadratic model "
+          "(otherwise --kfac_rate, --kfac_momentum, --kfac_damping are fixed)");
+ABSL_FLAG(double, kfac_rate, 0.3, "K-FAC: learning rate when not adaptive");
+ABSL_FLAG(double, kfac_damping, 0.1, "K-FAC: damping (initial damping when adaptive)");
+ABSL_FLAG(double, kfac_momentum, 0.5, "K-FAC: momentum when not adaptive");
+ABSL_FLAG(int, kfac_inverse_period, 5, "K-FAC: steps between factor inverses");
+ABSL_FLAG(double, kfac_norm_constraint, 3e-4, "K-FAC: norm constraint (0: none)");
+ABSL_FLAG(bool, allow_version_mismatch, false,
+          "Accept --initial_weights with other feature versions (e.g. Halide 14's)");
+
+namespace {
+
+namespace cm = hkfac::cost_model;
+
+std::vector<double> parse_rates(const std::string &text) {
+  std::vector<double> rates;
+  std::stringstream in(text);
+  std::string item;
+  while (std::getline(in, item, ',')) {
+    char *end = nullptr;
+    const double r = std::strtod(item.c_str(), &end);
+    if (item.empty() || *end != '\0' || !(r > 0))
+      throw hkfac::Error("--rates: expected positive numbers separated by commas, got '" + text +
+                         "'");
+    rates.push_back(r);
+  }
+  if (rates.empty())
+    throw hkfac::Error("--rates: no rate given");
+  return rates;
+}
+
+std::vector<std::string> sample_paths() {
+  const std::string list = absl::GetFlag(FLAGS_samples);
+  if (list.empty())
+    return cm::read_path_list(std::cin);
+  std::ifstream in(list);
+  if (!in)
+    throw hkfac::Error("--samples: cannot open '" + list + "'");
+  return cm::read_path_list(in);
+}
+
+void write_best(const cm::TrainingData &data) {
+  const cm::PipelineData *best_p = nullptr;
+  size_t best_i = 0;
+  for (const cm::PipelineData &p : data.pipelines) {
+    for (size_t i = 0; i < p.runtimes_ms.size(); ++i) {
+      if (!best_p || p.runtimes_ms[i] < best_p->runtimes_ms[best_i]) {
+        best_p = &p;
+        best_i = i;
+      }
+    }
+  }
+  const std::string path = best_p->paths[best_i];
+  if (const std::string out = absl::GetFlag(FLAGS_best_benchmark); !out.empty()) {
+    std::ofstream f(out);
+    f << best_p->runtimes_ms[best_i] << " " << path << "\n";
+    if (!f)
+      throw hkfac::Error("--best_benchmark: cannot write '" + out + "'");
+  }
+  if (const std::string out = absl::GetFlag(FLAGS_best_schedule); !out.empty()) {
+    const std::string schedule = path.substr(0, path.size() - std::string(".sample").size()) +
+                                 ".schedule.h";
+    std::ifstream in(schedule, std::ios::binary);
+    if (!in)
+      throw hkfac::Error("--best_schedule: the fastest sample has no '" + schedule + "'");
+    std::ofstream f(out, std::ios::binary);
+    f << in.rdbuf();
+    if (!f)
+      throw hkfac::Error("--best_schedule: cannot write '" + out + "'");
+  }
+}
+
+void write_predictions(const cm::Weights &w, const cm::TrainingData &data, int cores,
+                       const std::string &out) {
+  std::ofstream f(out);
+  f << "path,predicted,measured_ms,split\n";
+  for (const cm::PipelineData &p : data.pipelines) {
+    std::vector<int> all(p.runtimes_ms.size());
+    for (size_t i = 0; i < all.size(); ++i)
+      all[i] = static_cast<int>(i);
+    const std::vector<float> predicted = cm::predict(w, p, all, cores);
+    std::vector<bool> validation(all.size(), false);
+    for (int i : p.validation)
+      validation[i] = true;
+    for (size_t i = 0; i < all.size(); ++i) {
+      f << p.paths[i] << "," << predicted[i] << "," << p.runtimes_ms[i] << ","
+        << (validation[i] ? "validation" : "train") << "\n";
+    }
+  }
+  if (!f)
+    throw hkfac::Error("--predictions_file: cannot write '" + out + "'");
+}
+
+} // namespace
+
+int main(int argc, char **argv) {
+  return hkfac::tools::run_tool(
+      argc, argv, "retrain_cost_model", "retrain_cost_model.cpp",
+      "Trains the hkfac cost model on .sample files (paths on stdin or --samples).\n"
+      "  retrain_cost_model --randomize_weights --weights_out=OUT.weights [flags] < samples.txt",
+      [](const std::vector<std::string> &args) {
+        if (!args.empty())
+          throw hkfac::Error("unexpected argument '" + args.front() + "' (sample paths go on "
+                             "stdin or in --samples)");
+        const std::string initial = absl::GetFlag(FLAGS_initial_weights);
+        const bool randomize = absl::GetFlag(FLAGS_randomize_weights);
+        if (initial.empty() == !randomize)
+          throw hkfac::Error("give exactly one of --initial_weights and --randomize_weights");
+        const int S = absl::GetFlag(FLAGS_schedule_features);
+        cm::TrainOptions o;
+        o.optimizer = cm::parse_optimizer(absl::GetFlag(FLAGS_optimizer));
+        o.epochs = absl::GetFlag(FLAGS_epochs);
+        o.batch_size = absl::GetFlag(FLAGS_batch_size);
+        o.seed = static_cast<unsigned>(absl::GetFlag(FLAGS_seed));
+        o.num_cores = absl::GetFlag(FLAGS_num_cores);
+        if (o.num_cores <= 0)
+          o.num_cores = static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
+        o.max_seconds = absl::GetFlag(FLAGS_max_seconds);
+        o.penalty_weight = absl::GetFlag(FLAGS_penalty_weight);
+        o.kfac_adaptive = absl::GetFlag(FLAGS_kfac_adaptive);
+        o.kfac_rate = absl::GetFlag(FLAGS_kfac_rate);
+        o.kfac_damping = absl::GetFlag(FLAGS_kfac_damping);
+        o.kfac_momentum = absl::GetFlag(FLAGS_kfac_momentum);
+        o.kfac_inverse_period = absl::GetFlag(FLAGS_kfac_inverse_period);
+        if (const double c = absl::GetFlag(FLAGS_kfac_norm_constraint); c > 0)
+          o.kfac_norm_constraint = c;
+        else
+          o.kfac_norm_constraint.reset();
+        std::vector<double> rates = parse_rates(absl::GetFlag(FLAGS_rates));
+        if (o.optimizer == cm::OptimizerKind::kfac)
+          rates = {rates.front()}; // K-FAC's rate is --kfac_rate (or adaptive)
+
+        cm::WeightsLoadOptions load;
+        load.expected_schedule_features = S;
+        load.allow_version_mismatch = absl::GetFlag(FLAGS_allow_version_mismatch);
+        const cm::Weights start =
+            randomize ? cm::random_weights(S, o.seed) : cm::load_weights(initial, load);
+
+        cm::SampleSet set = cm::load_samples(sample_paths(), S);
+        for (const cm::SampleRejection &r : set.rejected)
+          std::fprintf(stderr, "rejected %s: %s\n", r.path.c_str(), r.reason.c_str());
+        if (set.num_samples() == 0)
+          throw hkfac::Error("no usable samples (" + std::to_string(set.rejected.size()) +
+                             " rejected)");
+        const size_t loaded = set.num_samples(), rejected = set.rejected.size();
+        const cm::TrainingData data = cm::make_training_data(
+            std::move(set), S, cm::parse_split(absl::GetFlag(FLAGS_validation)));
+        std::printf("%zu samples (%zu rejected, %zu duplicate schedules merged) over %zu "
+                    "pipelines: %zu training, %zu validation schedules\n",
+                    loaded, rejected, data.duplicates, data.pipelines.size(),
+                    data.train_schedules(), data.validation_schedules());
+        write_best(data);
+
+        std::ofstream csv;
+        if (const std::string path = absl::GetFlag(FLAGS_csv); !path.empty()) {
+          csv.open(path);
+          if (!csv)
+            throw hkfac::Error("--csv: cannot write '" + path + "'");
+          csv << "optimizer,rate,epoch,seconds,steps,train_loss,train_accuracy,validation_loss,"
+                 "validation_accuracy,validation_pairs,rejected_steps\n";
+        }
+        const std::string opt_name = absl::GetFlag(FLAGS_optimizer);
+        cm::Weights best;
+        double best_loss = std::numeric_limits<double>::infinity();
+        for (double rate : rates) {
+          o.rate = rate;
+          cm::EpochRecord last;
+          const double shown_rate = o.optimizer == cm::OptimizerKind::kfac ? o.kfac_rate : rate;
+          cm::Weights w = cm::train(data, start, o, [&](const cm::EpochRecord &r) {
+            std::printf("[%s rate %g] epoch %d  %.1f s  train loss %.4f acc %.3f | validation "
+                        "loss %.4f acc %.3f (%zu pairs)%s\n",
+                        opt_name.c_str(), shown_rate, r.epoch, r.seconds, r.train.loss,
+                        r.train.accuracy, r.validation.loss, r.validation.accuracy,
+                        r.validation.pairs,
+                        r.rejected_steps ? (" " + std::to_string(r.rejected_steps) +
+                                            " rejected steps")
+                                               .c_str()
+                                         : "");
+            std::fflush(stdout);
+            if (csv.is_open()) {
+              csv << opt_name << "," << shown_rate << "," << r.epoch << "," << r.seconds << ","
+                  << r.steps << "," << r.train.loss << "," << r.train.accuracy << ","
+                  << r.validation.loss << "," << r.validation.accuracy << ","
+                  << r.validation.pairs << "," << r.rejected_steps << "\n";
+              csv.flush();
+            }
+            last = r;
+          });
+          const double score = data.validation_schedules() ? last.validation.loss
+                                                            : last.train.loss;
+          if (rates.size() == 1 || score < best_loss) {
+            best_loss = score;
+            best = w;
+          }
+        }
+        if (const std::string out = absl::GetFlag(FLAGS_weights_out); !out.empty())
+          cm::save_weights_file(best, out);
+        if (const std::string out = absl::GetFlag(FLAGS_predictions_file); !out.empty())
+          write_predictions(best, data, o.num_cores, out);
+        return 0;
+      });
+}

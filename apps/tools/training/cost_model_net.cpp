@@ -1,0 +1,243 @@
+// The cost-model network behind kfac's Model interface.
+#include "cost_model_net.h"
+
+#include <cmath>
+#include <cstring>
+
+#include "hkfac/error.h"
+
+namespace hkfac::cost_model {
+
+namespace {
+
+constexpr int kGrid = kPipelineFeatureRows * kPipelineFeatureTypes; // 280
+
+kernels::CostModelWeights kernel_weights(const Weights &w) {
+  return {w.head1_filter, w.head1_bias, w.head2_filter,
+          w.head2_bias,   w.conv1_filter, w.conv1_bias};
+}
+
+// A Halide view of a parameter matrix's floats with the weight buffer's dimensions.
+Buffer<float> view(const kfac::Matrix &m, const std::vector<int> &shape) {
+  return Buffer<float>(const_cast<float *>(m.data()), shape);
+}
+
+kfac::Matrix copy_to_matrix(const Buffer<float> &b, int rows, int cols, const char *what) {
+  if (static_cast<long>(b.number_of_elements()) != static_cast<long>(rows) * cols)
+    throw Error(std::string("cost model: '") + what + "' has the wrong number of elements");
+  kfac::Matrix m(rows, cols);
+  std::memcpy(m.data(), b.data(), sizeof(float) * m.size());
+  return m;
+}
+
+} // namespace
+
+kfac::Params params_from_weights(const Weights &w) {
+  validate_weights(w);
+  const int S = w.schedule_features();
+  return {copy_to_matrix(w.head1_filter, kGrid, kHead1Channels, "head1_filter"),
+          copy_to_matrix(w.head1_bias, 1, kHead1Channels, "head1_bias"),
+          copy_to_matrix(w.head2_filter, S, kHead2Channels, "head2_filter"),
+          copy_to_matrix(w.head2_bias, 1, kHead2Channels, "head2_bias"),
+          copy_to_matrix(w.conv1_filter, kConv1Channels, kConv1Channels, "conv1_filter"),
+          copy_to_matrix(w.conv1_bias, 1, kConv1Channels, "conv1_bias")};
+}
+
+Weights weights_from_params(const kfac::Params &p, int S) {
+  if (p.size() != kNumWeightBuffers)
+    throw Error("weights_from_params: expected 6 parameter matrices, got " +
+                std::to_string(p.size()));
+  Weights w = make_weights(S);
+  auto buffers = w.buffers();
+  for (int i = 0; i < kNumWeightBuffers; ++i) {
+    Buffer<float> &b = *buffers[i];
+    if (static_cast<long>(b.number_of_elements()) != static_cast<long>(p[i].size())) {
+      throw Error(std::string("weights_from_params: parameter '") + kWeightBufferNames[i] +
+                  "' has " + std::to_string(p[i].size()) + " values, expected " +
+                  std::to_string(b.number_of_elements()));
+    }
+    std::memcpy(b.data(), p[i].data(), sizeof(float) * p[i].size());
+  }
+  return w;
+}
+
+kfac::Batch make_batch(const TrainingData &data, int pipeline, const std::vector<int> &schedules) {
+  const PipelineData &p = data.pipelines.at(pipeline);
+  kfac::Batch b;
+  b.inputs.resize(static_cast<Eigen::Index>(schedules.size()), 2);
+  b.targets.resize(static_cast<Eigen::Index>(schedules.size()), 1);
+  for (size_t n = 0; n < schedules.size(); ++n) {
+    b.inputs(n, 0) = static_cast<float>(pipeline);
+    b.inputs(n, 1) = static_cast<float>(schedules[n]);
+    b.targets(n, 0) = p.runtimes_ms.at(schedules[n]);
+  }
+  return b;
+}
+
+CostModelNet::CostModelNet(const TrainingData &data, int num_cores, Device device)
+    : data_(data), num_cores_(num_cores), device_(device), S_(data.schedule_features) {
+  kfac::LayerTag head1;
+  head1.kind = kfac::TagKind::generic;
+  head1.name = "head1";
+  head1.params = {0, 1};
+  head1.output_dim = kGrid * kHead1Channels + kHead1Channels;
+  kfac::LayerTag head2;
+  head2.kind = kfac::TagKind::conv2d;
+  head2.name = "head2";
+  head2.params = {2, 3};
+  head2.has_bias = true;
+  head2.input_dim = S_;
+  head2.output_dim = kHead2Channels;
+  head2.locations = 0;
+  kfac::LayerTag conv1 = head2;
+  conv1.name = "conv1";
+  conv1.params = {4, 5};
+  conv1.input_dim = kConv1Channels;
+  conv1.output_dim = kConv1Channels;
+  tags_ = {head1, head2, conv1};
+  records_.resize(tags_.size());
+}
+
+std::vector<kfac::ParamShape> CostModelNet::param_shapes() const {
+  return {{kGrid, kHead1Channels, "head1_filter"},       {1, kHead1Channels, "head1_bias"},
+          {S_, kHead2Channels, "head2_filter"},          {1, kHead2Channels, "head2_bias"},
+          {kConv1Channels, kConv1Channels, "conv1_filter"}, {1, kConv1Channels, "conv1_bias"}};
+}
+
+kfac::Matrix CostModelNet::example_major(const Buffer<float> &b) const {
+  const int F = b.dim(0).extent();
+  kfac::Matrix m(static_cast<Eigen::Index>(B_) * T_, F);
+  for (int n = 0; n < B_; ++n) {
+    for (int s = 0; s < T_; ++s) {
+      for (int f = 0; f < F; ++f)
+        m(static_cast<Eigen::Index>(n) * T_ + s, f) = b(f, n, s);
+    }
+  }
+  return m;
+}
+
+void CostModelNet::run_kernel(const kfac::Matrix &cotangent) {
+  if (cotangent.rows() != B_ || cotangent.cols() != 1) {
+    throw Error("CostModelNet: the cotangent must be " + std::to_string(B_) + " x 1, got " +
+                std::to_string(cotangent.rows()) + " x " + std::to_string(cotangent.cols()));
+  }
+  Buffer<float> cot(B_);
+  for (int n = 0; n < B_; ++n)
+    cot(n) = cotangent(n, 0);
+  kernels::cost_model_train(pipeline_->pipeline_features, schedule_features_,
+                            kernel_weights(weights_view_), num_cores_, runtimes_, cot, 0.0f, 0.0f,
+                            out_, device_);
+  to_host(out_.predictions);
+}
+
+kfac::Matrix CostModelNet::forward(const kfac::Params &params, const kfac::Batch &batch) {
+  kfac::check_same_shapes(params, kfac::zero_params(*this), "CostModelNet::forward params");
+  if (batch.inputs.rows() < 1 || batch.inputs.cols() != 2)
+    throw Error("CostModelNet::forward: batch inputs must be B x 2 (pipeline, schedule)");
+  const int pipeline = static_cast<int>(batch.inputs(0, 0));
+  if (pipeline < 0 || pipeline >= static_cast<int>(data_.pipelines.size()))
+    throw Error("CostModelNet::forward: pipeline index " + std::to_string(pipeline) +
+                " out of range");
+  pipeline_ = &data_.pipelines[pipeline];
+  std::vector<int> schedules(batch.inputs.rows());
+  for (Eigen::Index n = 0; n < batch.inputs.rows(); ++n) {
+    if (static_cast<int>(batch.inputs(n, 0)) != pipeline)
+      throw Error("CostModelNet::forward: a batch must hold schedules of one pipeline");
+    schedules[n] = static_cast<int>(batch.inputs(n, 1));
+    if (schedules[n] < 0 || schedules[n] >= static_cast<int>(pipeline_->runtimes_ms.size()))
+      throw Error("CostModelNet::forward: schedule index out of range");
+  }
+  params_ = &params;
+  B_ = static_cast<int>(schedules.size());
+  T_ = pipeline_->num_stages;
+  schedule_features_ = pack_schedule_features(*pipeline_, schedules);
+  runtimes_ = Buffer<float>(B_);
+  for (int n = 0; n < B_; ++n)
+    runtimes_(n) = pipeline_->runtimes_ms[schedules[n]];
+
+  weights_view_ = make_weights(S_);
+  auto buffers = weights_view_.buffers();
+  for (int i = 0; i < kNumWeightBuffers; ++i) {
+    std::vector<int> shape = weight_buffer_shape(i, S_);
+    *buffers[i] = view(params[i], shape);
+  }
+
+  run_kernel(kfac::Matrix::Ones(B_, 1));
+  to_host(out_.conv1_out_grad);
+  to_host(out_.head2_input);
+  to_host(out_.conv1_input);
+  dp_dc1_ = example_major(out_.conv1_out_grad);
+  records_[1].inputs = example_major(out_.head2_input);
+  records_[2].inputs = example_major(out_.conv1_input);
+  const kfac::Matrix h2pre = (records_[1].inputs * params[2]).rowwise() + params[3].row(0);
+  h2_mask_ = (h2pre.array() > 0.0f).cast<float>().matrix();
+
+  kfac::Matrix predictions(B_, 1);
+  for (int n = 0; n < B_; ++n)
+    predictions(n, 0) = out_.predictions(n);
+  return predictions;
+}
+
+kfac::Params CostModelNet::backward(const kfac::Matrix &output_cotangent) {
+  if (!params_)
+    throw Error("CostModelNet::backward: call forward first");
+  run_kernel(output_cotangent);
+  const kfac::Params &p = *params_;
+  kfac::Params grads = {copy_to_matrix(out_.grads.head1_filter, kGrid, kHead1Channels, "head1"),
+                        copy_to_matrix(out_.grads.head1_bias, 1, kHead1Channels, "head1_bias"),
+                        copy_to_matrix(out_.grads.head2_filter, S_, kHead2Channels, "head2"),
+                        copy_to_matrix(out_.grads.head2_bias, 1, kHead2Channels, "head2_bias"),
+                        copy_to_matrix(out_.grads.conv1_filter, kConv1Channels, kConv1Channels,
+                                       "conv1_filter"),
+                        copy_to_matrix(out_.grads.conv1_bias, 1, kConv1Channels, "conv1_bias")};
+  to_host(out_.head2_out_grad);
+  to_host(out_.conv1_out_grad);
+  to_host(out_.head1_out_grad);
+  records_[1].output_grads = example_major(out_.head2_out_grad);
+  records_[2].output_grads = example_major(out_.conv1_out_grad);
+
+  // head1's per-example gradients: Σ_s pf(:, s) ⊗ ∂J/∂algo(:, n, s), times the sigmoid's slope.
+  const Eigen::Map<const kfac::Matrix> pf(pipeline_->pipeline_features.data(), T_, kGrid);
+  const kfac::Matrix sig = (1.0f + (-p[0].array()).exp()).inverse().matrix();
+  const kfac::Matrix slope = sig.array() * (1.0f - sig.array());
+  kfac::Matrix per_example(B_, kGrid * kHead1Channels + kHead1Channels);
+  kfac::Matrix g(T_, kHead1Channels);
+  for (int n = 0; n < B_; ++n) {
+    for (int s = 0; s < T_; ++s) {
+      for (int c = 0; c < kHead1Channels; ++c)
+        g(s, c) = out_.head1_out_grad(c, n, s);
+    }
+    const kfac::Matrix w = (pf.transpose() * g).cwiseProduct(slope);
+    std::memcpy(per_example.row(n).data(), w.data(), sizeof(float) * w.size());
+    per_example.row(n).tail(kHead1Channels) = g.colwise().sum();
+  }
+  records_[0].output_grads = std::move(per_example);
+  return grads;
+}
+
+kfac::Matrix CostModelNet::jvp(const kfac::Params &t) {
+  if (!params_)
+    throw Error("CostModelNet::jvp: call forward first");
+  kfac::check_same_shapes(t, *params_, "CostModelNet::jvp tangent");
+  const kfac::Params &p = *params_;
+  const Eigen::Map<const kfac::Matrix> pf(pipeline_->pipeline_features.data(), T_, kGrid);
+  const kfac::Matrix sig = (1.0f + (-p[0].array()).exp()).inverse().matrix();
+  const kfac::Matrix slope = sig.array() * (1.0f - sig.array());
+  // Tangent of the per-stage algorithm embedding, then of the whole 32-wide embedding.
+  const kfac::Matrix d_algo = (pf * slope.cwiseProduct(t[0])).rowwise() + t[1].row(0);
+  const kfac::Matrix d_h2 =
+      h2_mask_.cwiseProduct(kfac::Matrix((records_[1].inputs * t[2]).rowwise() + t[3].row(0)));
+  kfac::Matrix d_emb(static_cast<Eigen::Index>(B_) * T_, kConv1Channels);
+  for (int n = 0; n < B_; ++n)
+    d_emb.block(static_cast<Eigen::Index>(n) * T_, 0, T_, kHead1Channels) = d_algo;
+  d_emb.rightCols(kHead2Channels) = d_h2;
+  const kfac::Matrix d_c1 =
+      (records_[2].inputs * t[4] + d_emb * p[4]).rowwise() + t[5].row(0);
+  const Eigen::VectorXf per_row = dp_dc1_.cwiseProduct(d_c1).rowwise().sum();
+  kfac::Matrix jv(B_, 1);
+  for (int n = 0; n < B_; ++n)
+    jv(n, 0) = per_row.segment(static_cast<Eigen::Index>(n) * T_, T_).sum();
+  return jv;
+}
+
+} // namespace hkfac::cost_model

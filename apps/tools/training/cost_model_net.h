@@ -1,0 +1,74 @@
+// The cost-model network as a K-FAC model: the generated training kernel behind the layer-tag
+// interface, so hkfac::kfac can train it.
+#pragma once
+
+#include <vector>
+
+#include "hkfac/cost_model/weights.h"
+#include "hkfac/device.h"
+#include "hkfac/kernels/cost_model.h"
+#include "hkfac/kfac/model.h"
+#include "training_data.h"
+
+namespace hkfac::cost_model {
+
+// Parameters in kfac's row-major layout. Each is exactly the memory of the matching Halide weight
+// buffer, so converting is a copy of the floats:
+//   0 head1_filter 280 x 8  (row j·40 + i, column c: Halide (8, 40, 7))
+//   1 head1_bias   1 x 8
+//   2 head2_filter S x 24   (Halide (24, S))
+//   3 head2_bias   1 x 24
+//   4 conv1_filter 32 x 32  (row = input k, column = output o: Halide conv1_filter(o, k))
+//   5 conv1_bias   1 x 32
+kfac::Params params_from_weights(const Weights &w);
+Weights weights_from_params(const kfac::Params &p, int schedule_features);
+
+// A batch is some schedules of one pipeline: Batch::inputs is B x 2 (pipeline index into the
+// TrainingData, schedule index), Batch::targets the B x 1 runtimes in ms.
+kfac::Batch make_batch(const TrainingData &data, int pipeline, const std::vector<int> &schedules);
+
+// Tags (stages play the role of conv2d locations, their number varying per pipeline):
+//  - "head1" generic: its filter goes through a sigmoid, so it is not linear in its parameters;
+//    it records per-example gradients (B x 2248) for a diagonal block;
+//  - "head2" conv2d over log(1 + schedule features) -> 24, "conv1" conv2d over the 32-wide
+//    embedding -> 32 (Kronecker-factored blocks).
+//
+// forward() runs the training kernel once with a cotangent of ones, which yields the predictions,
+// the activations, and ∂p_n/∂(conv1 pre-activation) — everything jvp() needs; backward() runs it
+// again with the given cotangent. Examples (schedules) do not interact inside the network, as
+// the Model contract requires; the reference-schedule coupling lives in the loss.
+class CostModelNet : public kfac::Model {
+public:
+  CostModelNet(const TrainingData &data, int num_cores, Device device = default_device());
+
+  std::vector<kfac::ParamShape> param_shapes() const override;
+  const std::vector<kfac::LayerTag> &tags() const override { return tags_; }
+  kfac::Matrix forward(const kfac::Params &params, const kfac::Batch &batch) override;
+  kfac::Params backward(const kfac::Matrix &output_cotangent) override;
+  kfac::Matrix jvp(const kfac::Params &tangent) override;
+  const kfac::TagRecord &record(int tag) const override { return records_.at(tag); }
+
+private:
+  // (F, batch, stages) kernel output -> (batch·stages) x F with row n·T + s.
+  kfac::Matrix example_major(const Buffer<float> &b) const;
+  void run_kernel(const kfac::Matrix &cotangent);
+
+  const TrainingData &data_;
+  int num_cores_;
+  Device device_;
+  int S_;
+  std::vector<kfac::LayerTag> tags_;
+  std::vector<kfac::TagRecord> records_;
+
+  // State of the last forward.
+  const kfac::Params *params_ = nullptr;
+  const PipelineData *pipeline_ = nullptr;
+  Buffer<float> schedule_features_, runtimes_;
+  int B_ = 0, T_ = 0;
+  Weights weights_view_;
+  kernels::CostModelTrainOutputs out_;
+  kfac::Matrix dp_dc1_;   // (B·T) x 32: ∂p_n / ∂ conv1 pre-activation
+  kfac::Matrix h2_mask_;  // (B·T) x 24: 1 where head2's pre-activation is positive
+};
+
+} // namespace hkfac::cost_model

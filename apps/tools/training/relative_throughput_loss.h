@@ -1,0 +1,47 @@
+// The cost model's training loss as a K-FAC loss: squared error on throughput relative to the
+// fastest schedule of a batch.
+#pragma once
+
+#include <string>
+
+#include "hkfac/kfac/losses.h"
+
+namespace hkfac::cost_model {
+
+// For a batch of schedules of one pipeline with predicted runtimes p (B x 1) and measured
+// runtimes t (the targets), r the fastest measured schedule:
+//   loss_n = w · (1 / max(p_n / p_r, 1e-10) − t_r / t_n)²,
+// the same L_rel the training kernel computes (SPEC-autoscheduler.md). The reference p_r couples
+// the examples; the gradient includes that coupling exactly.
+//
+// Curvature: the loss is not a likelihood, so it has no samples (fisher_gradients is an error)
+// and its "Fisher" is the diagonal of the Gauss–Newton matrix 2w·JᵀJ of the residuals
+// e_n = p_r/p_n − t_r/t_n (J = de/dp): 2w (p_r / p_n²)² for n ≠ r, and 2w Σ_{n≠r} 1/p_n² for the
+// reference, which every residual depends on. Dropping the off-diagonal (reference) terms keeps
+// it row-wise, which K-FAC's estimator needs (one output per schedule, so ggn_exact costs one
+// backward pass); keeping the reference's diagonal matters, or the fastest schedule's direction
+// would be preconditioned by damping alone.
+class RelativeThroughputLoss : public kfac::LossFunction {
+public:
+  RelativeThroughputLoss(const kfac::Matrix &predictions, const kfac::Matrix *runtimes,
+                         float weight = 1.0f);
+  std::string name() const override { return "relative_throughput"; }
+
+  Eigen::VectorXd values_on(const kfac::Matrix &targets) const override;
+  kfac::Matrix gradient_on(const kfac::Matrix &targets) const override;
+  kfac::Matrix sample(std::mt19937 &rng) const override;
+  kfac::Matrix multiply_fisher(const kfac::Matrix &v) const override;
+  kfac::Matrix multiply_fisher_factor(const kfac::Matrix &v) const override;
+
+private:
+  // Index of the fastest measured schedule; throws on non-positive or non-finite runtimes.
+  Eigen::Index reference(const kfac::Matrix &runtimes) const;
+  // Diagonal entry n of the Gauss–Newton matrix 2w·JᵀJ of the residuals e with respect to p.
+  double curvature(Eigen::Index n, Eigen::Index r) const;
+};
+
+// L_rel summed over a batch, in double: the validation loss of a set of predictions.
+double relative_throughput_loss(const Eigen::VectorXd &predictions,
+                                const Eigen::VectorXd &runtimes);
+
+} // namespace hkfac::cost_model

@@ -1,0 +1,55 @@
+// Training the cost model with K-FAC or Adam, one pipeline's schedules per step.
+#pragma once
+
+#include <functional>
+#include <optional>
+#include <string>
+
+#include "evaluation.h"
+#include "hkfac/cost_model/weights.h"
+#include "hkfac/device.h"
+#include "training_data.h"
+
+namespace hkfac::cost_model {
+
+enum class OptimizerKind { kfac, adam };
+OptimizerKind parse_optimizer(const std::string &text); // throws naming the value
+
+struct TrainOptions {
+  OptimizerKind optimizer = OptimizerKind::kfac;
+  int epochs = 50;
+  double rate = 1e-4; // Adam's learning rate
+
+  int batch_size = 128;       // most schedules of one pipeline per step (a random subset)
+  unsigned seed = 0;
+  int num_cores = 2;          // the machine the samples were benchmarked on
+  double penalty_weight = 1e-4; // Adam: on the mean squared negative conv1 pre-activation
+  double max_seconds = 0;     // stop after this much training time (0: no limit)
+  // K-FAC. The defaults are fixed values found stable on this loss: the adaptive variant
+  // (kfac-jax's damping, learning rate and momentum from the quadratic model) fits the training
+  // schedules fast but trusts the Gauss–Newton model of a loss in 1/p too far, and predictions
+  // of held-out schedules collapse (docs/RESULTS.md, cost-model training).
+  bool kfac_adaptive = false;
+  double kfac_rate = 0.3;
+  double kfac_damping = 0.1; // initial damping when adaptive
+  double kfac_momentum = 0.5;
+  int kfac_inverse_period = 5;
+  double kfac_l2 = 1e-5;
+  std::optional<double> kfac_norm_constraint = 3e-4;
+  Device device = default_device();
+};
+
+struct EpochRecord {
+  int epoch = 0;          // 0: before training
+  double seconds = 0.0;   // training time so far (evaluation excluded)
+  int steps = 0;
+  Score train, validation;
+  int rejected_steps = 0; // non-finite updates skipped
+};
+
+// Trains from `initial` and returns the weights after the last epoch. `on_epoch` sees epoch 0
+// (the initial weights) and every epoch after it.
+Weights train(const TrainingData &data, const Weights &initial, const TrainOptions &options,
+              const std::function<void(const EpochRecord &)> &on_epoch);
+
+} // namespace hkfac::cost_model

@@ -1,0 +1,248 @@
+// The cost-model trainer: loss derivatives, the kfac Model wrapper's layouts and products, and
+// training that learns a teacher network's rankings.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <random>
+
+#include "cost_model_net.h"
+#include "evaluation.h"
+#include "hkfac/error.h"
+#include "hkfac/kernels/cost_model.h"
+#include "relative_throughput_loss.h"
+#include "trainer.h"
+
+namespace hkfac::cost_model {
+namespace {
+
+constexpr int S = kCpuScheduleFeatures;
+
+kfac::Matrix column(std::initializer_list<float> v) {
+  kfac::Matrix m(static_cast<Eigen::Index>(v.size()), 1);
+  Eigen::Index i = 0;
+  for (float x : v)
+    m(i++, 0) = x;
+  return m;
+}
+
+double total(const RelativeThroughputLoss &l) { return l.values().sum(); }
+
+TEST(RelativeThroughputLoss, GradientMatchesFiniteDifferencesIncludingTheReference) {
+  const kfac::Matrix p = column({2.0f, 0.7f, 1.5f, 3.0f, 0.9f});
+  const kfac::Matrix t = column({4.0f, 1.0f, 2.5f, 9.0f, 1.2f}); // schedule 1 is the fastest
+  const RelativeThroughputLoss loss(p, &t);
+  const kfac::Matrix g = loss.gradient();
+  for (Eigen::Index n = 0; n < p.rows(); ++n) {
+    const float h = 1e-3f * p(n, 0);
+    kfac::Matrix up = p, down = p;
+    up(n, 0) += h;
+    down(n, 0) -= h;
+    const double fd = (total(RelativeThroughputLoss(up, &t)) -
+                       total(RelativeThroughputLoss(down, &t))) /
+                      (static_cast<double>(up(n, 0)) - down(n, 0));
+    EXPECT_NEAR(g(n, 0), fd, 1e-3 * (1.0 + std::abs(fd))) << "schedule " << n;
+  }
+  EXPECT_NE(g(1, 0), 0.0f); // the reference's prediction moves every ratio
+}
+
+TEST(RelativeThroughputLoss, ValueIsZeroWhenPredictionsAreProportionalToRuntimes) {
+  const kfac::Matrix t = column({4.0f, 1.0f, 2.5f});
+  const kfac::Matrix p = 3.0f * t;
+  EXPECT_NEAR(total(RelativeThroughputLoss(p, &t)), 0.0, 1e-10);
+  EXPECT_NEAR(relative_throughput_loss(p.cast<double>(), t.cast<double>()), 0.0, 1e-10);
+}
+
+TEST(RelativeThroughputLoss, CurvatureFactorSquaresToCurvatureAndSamplingIsAnError) {
+  const kfac::Matrix p = column({2.0f, 0.7f, 1.5f});
+  const kfac::Matrix t = column({4.0f, 1.0f, 2.5f});
+  const RelativeThroughputLoss loss(p, &t, 0.5f);
+  const kfac::Matrix v = column({1.0f, -2.0f, 0.5f});
+  const kfac::Matrix hv = loss.multiply_hessian(v);
+  const kfac::Matrix llv = loss.multiply_hessian_factor(loss.multiply_hessian_factor(v));
+  for (Eigen::Index n = 0; n < 3; ++n)
+    EXPECT_NEAR(hv(n, 0), llv(n, 0), 1e-5 * (1 + std::abs(hv(n, 0))));
+  // The diagonal of the Gauss–Newton matrix 2w·JᵀJ, J = de/dp, built densely here.
+  Eigen::MatrixXd J = Eigen::MatrixXd::Zero(3, 3);
+  for (int n : {0, 2}) {
+    J(n, n) = -0.7 / (p(n, 0) * p(n, 0));
+    J(n, 1) = 1.0 / p(n, 0);
+  }
+  const Eigen::MatrixXd gn = 2 * 0.5 * J.transpose() * J;
+  for (int n = 0; n < 3; ++n)
+    EXPECT_NEAR(hv(n, 0), gn(n, n) * v(n, 0), 1e-6 * (1 + std::abs(gn(n, n)))) << n;
+  std::mt19937 rng(1);
+  EXPECT_THROW(loss.sample(rng), hkfac::Error);
+  const kfac::Matrix bad = column({4.0f, 0.0f, 2.5f});
+  EXPECT_THROW(RelativeThroughputLoss(p, &bad), hkfac::Error);
+}
+
+// Synthetic pipelines whose runtimes come from a random "teacher" cost model (with noise), so a
+// trained student can learn them.
+TrainingData synthetic_data(int pipelines, int schedules, unsigned seed, const Split &split) {
+  std::mt19937 rng(seed);
+  std::uniform_real_distribution<float> unit(0.0f, 1.0f);
+  const Weights teacher = random_weights(S, seed + 1000);
+  SampleSet set;
+  for (int p = 0; p < pipelines; ++p) {
+    PipelineSamples ps;
+    ps.pipeline_id = pipeline_id_for("synthetic_p" + std::to_string(p));
+    ps.num_stages = 1 + p % 4;
+    Buffer<float> pf(kPipelineFeatureRows, kPipelineFeatureTypes, ps.num_stages);
+    pf.for_each_value([&](float &v) { v = unit(rng) < 0.2f ? std::floor(8 * unit(rng)) : 0.0f; });
+    PipelineData pd;
+    pd.num_stages = ps.num_stages;
+    pd.pipeline_features = pf;
+    for (int k = 0; k < schedules; ++k) {
+      Sample s;
+      s.num_stages = ps.num_stages;
+      s.pipeline_features = pf;
+      s.types_in_use = Buffer<float>(kTypesInUseFeatures, ps.num_stages);
+      s.types_in_use.fill(0.0f);
+      s.schedule_features = Buffer<float>(S, ps.num_stages);
+      s.schedule_features.for_each_value(
+          [&](float &v) { v = unit(rng) < 0.1f ? 0.0f : std::exp(12.0f * unit(rng)); });
+      s.pipeline_id = ps.pipeline_id;
+      s.schedule_id = k;
+      pd.schedule_features.push_back(s.schedule_features);
+      ps.samples.push_back(s);
+      ps.paths.push_back("synthetic/synthetic_p" + std::to_string(p) + "/s" +
+                         std::to_string(k) + "/x.sample");
+    }
+    std::vector<int> all(schedules);
+    for (int k = 0; k < schedules; ++k)
+      all[k] = k;
+    const std::vector<float> runtimes = predict(teacher, pd, all, 2);
+    for (int k = 0; k < schedules; ++k)
+      ps.samples[k].runtime_ms = std::max(1e-6f, runtimes[k]) * (0.95f + 0.1f * unit(rng));
+    set.pipelines.push_back(std::move(ps));
+  }
+  return make_training_data(std::move(set), S, split);
+}
+
+kfac::Params random_params(const kfac::Model &m, unsigned seed, float scale) {
+  std::mt19937 rng(seed);
+  std::normal_distribution<float> n(0.0f, scale);
+  kfac::Params p = kfac::zero_params(m);
+  for (kfac::Matrix &x : p)
+    x = x.unaryExpr([&](float) { return n(rng); });
+  return p;
+}
+
+TEST(CostModelNet, JvpIsTheAdjointOfBackward) {
+  const TrainingData data = synthetic_data(3, 9, 5, Split{Split::Kind::none, ""});
+  CostModelNet net(data, 2);
+  const kfac::Params params = params_from_weights(random_weights(S, 3));
+  const kfac::Batch batch = make_batch(data, 2, {0, 1, 2, 3, 4, 5, 6});
+  net.forward(params, batch);
+  const kfac::Params t = random_params(net, 9, 0.1f);
+  const kfac::Matrix jt = net.jvp(t);
+  std::mt19937 rng(4);
+  std::normal_distribution<float> n(0.0f, 1.0f);
+  const kfac::Matrix cot = kfac::Matrix::NullaryExpr(7, 1, [&] { return n(rng); });
+  const kfac::Params g = net.backward(cot);
+  const double lhs = (cot.cast<double>().array() * jt.cast<double>().array()).sum();
+  const double rhs = kfac::dot(g, t);
+  EXPECT_NEAR(lhs, rhs, 1e-3 * (std::abs(lhs) + std::abs(rhs)));
+}
+
+TEST(CostModelNet, JvpMatchesFiniteDifferencesOfForward) {
+  const TrainingData data = synthetic_data(2, 6, 6, Split{Split::Kind::none, ""});
+  CostModelNet net(data, 2);
+  const kfac::Params params = params_from_weights(random_weights(S, 4));
+  const kfac::Batch batch = make_batch(data, 1, {0, 1, 2, 3, 4, 5});
+  const kfac::Params t = random_params(net, 10, 1.0f);
+  const float h = 1e-3f;
+  kfac::Params up = params, down = params;
+  kfac::axpy(h, t, up);
+  kfac::axpy(-h, t, down);
+  const kfac::Matrix fd = (net.forward(up, batch) - net.forward(down, batch)) / (2 * h);
+  net.forward(params, batch);
+  const kfac::Matrix jt = net.jvp(t);
+  EXPECT_LT((jt - fd).norm(), 2e-2 * fd.norm()) << "jvp\n" << jt << "\nfd\n" << fd;
+}
+
+TEST(CostModelNet, PerExampleRecordsSumToTheKernelsGradients) {
+  const TrainingData data = synthetic_data(4, 8, 7, Split{Split::Kind::none, ""});
+  CostModelNet net(data, 2);
+  const kfac::Params params = params_from_weights(random_weights(S, 5));
+  const kfac::Batch batch = make_batch(data, 3, {0, 2, 4, 6, 7});
+  net.forward(params, batch);
+  const kfac::Matrix cot = kfac::Matrix::Constant(5, 1, 0.3f);
+  const kfac::Params g = net.backward(cot);
+  const std::vector<kfac::LayerTag> &tags = net.tags();
+  for (size_t k = 0; k < tags.size(); ++k) {
+    const kfac::TagRecord &r = net.record(static_cast<int>(k));
+    const kfac::Matrix per = kfac::per_example_gradients(tags[k], r.inputs, r.output_grads, 5);
+    ASSERT_EQ(per.rows(), 5) << tags[k].name;
+    const Eigen::RowVectorXf sum = per.colwise().sum();
+    Eigen::Index col = 0;
+    for (int param : tags[k].params) {
+      const kfac::Matrix &gp = g[param];
+      const Eigen::Map<const Eigen::RowVectorXf> flat(gp.data(), gp.size());
+      EXPECT_LT((sum.segment(col, gp.size()) - flat).norm(), 1e-3 * (1 + flat.norm()))
+          << tags[k].name << " parameter " << param;
+      col += gp.size();
+    }
+  }
+}
+
+std::string trajectory(const std::vector<EpochRecord> &records) {
+  std::string t;
+  for (const EpochRecord &r : records) {
+    t += "epoch " + std::to_string(r.epoch) + ": train " + std::to_string(r.train.loss) +
+         " validation " + std::to_string(r.validation.loss) + " accuracy " +
+         std::to_string(r.validation.accuracy) + "\n";
+  }
+  return t;
+}
+
+// Trains a fresh student on a teacher's data for 12 epochs; returns the per-epoch records.
+std::vector<EpochRecord> train_student(OptimizerKind kind, double adam_rate) {
+  const TrainingData data = synthetic_data(24, 24, 11, Split{Split::Kind::hash, ""});
+  TrainOptions o;
+  o.optimizer = kind;
+  o.rate = adam_rate;
+  o.epochs = 12;
+  o.num_cores = 2;
+  std::vector<EpochRecord> records;
+  train(data, random_weights(S, 77), o, [&](const EpochRecord &r) { records.push_back(r); });
+  EXPECT_EQ(records.size(), 13u);
+  EXPECT_EQ(records.back().rejected_steps, 0);
+  return records;
+}
+
+// K-FAC (default settings) must optimise: the training loss at most 0.5x the start, and held-out
+// schedules no worse than at the start.
+TEST(CostModelTraining, KfacHalvesTheTrainingLossWithoutHurtingValidation) {
+  const std::vector<EpochRecord> r = train_student(OptimizerKind::kfac, 0);
+  ASSERT_FALSE(r.empty());
+  EXPECT_LT(r.back().train.loss, 0.5 * r.front().train.loss) << trajectory(r);
+  EXPECT_LE(r.back().validation.loss, r.front().validation.loss) << trajectory(r);
+  EXPECT_GE(r.back().validation.accuracy, r.front().validation.accuracy - 0.02) << trajectory(r);
+}
+
+// Adam must learn the teacher's orderings: validation loss well below the start, accuracy up.
+TEST(CostModelTraining, AdamLearnsATeacherModelsOrdering) {
+  const std::vector<EpochRecord> r = train_student(OptimizerKind::adam, 0.03);
+  ASSERT_FALSE(r.empty());
+  EXPECT_LT(r.back().validation.loss, 0.3 * r.front().validation.loss) << trajectory(r);
+  EXPECT_GT(r.back().validation.accuracy, r.front().validation.accuracy) << trajectory(r);
+}
+
+TEST(CostModelTraining, HoldOutSplitValidatesOnExactlyThatPipeline) {
+  const TrainingData data = synthetic_data(3, 5, 12, parse_split("app:synthetic_p1"));
+  ASSERT_EQ(data.pipelines.size(), 3u);
+  for (const PipelineData &p : data.pipelines) {
+    const bool held_out = p.name == "synthetic_p1";
+    EXPECT_EQ(p.validation.size(), held_out ? 5u : 0u) << p.name;
+    EXPECT_EQ(p.train.size(), held_out ? 0u : 5u) << p.name;
+  }
+  EXPECT_THROW(synthetic_data(3, 5, 12, parse_split("app:no_such_app")), hkfac::Error);
+  EXPECT_THROW(parse_split("app:"), hkfac::Error);
+  EXPECT_THROW(parse_split("random"), hkfac::Error);
+  // generate_data's ids: CRC-32 (check value crc32("123456789") = 0xCBF43926), top bit cleared.
+  EXPECT_EQ(pipeline_id_for("123456789"), static_cast<int32_t>(0xCBF43926u & 0x7FFFFFFFu));
+}
+
+} // namespace
+} // namespace hkfac::cost_model
