@@ -2,12 +2,12 @@
 //
 // Both generators in cost_model.cpp (inference and training) build the forward pass here so
 // their predictions agree by construction. Per schedule n and stage s:
-//   algo(c, s)       = head1_bias(c) + Σ_ij sigmoid(head1_filter(c, i, j)) pipeline_features(i, j,
-//   s) x2(n, f, s)      = log(1 + max(schedule_features(n, f, s), 0)) h2pre(n, c, s)   =
-//   head2_bias(c) + Σ_f head2_filter(c, f) x2(n, f, s);  h2 = ReLU(h2pre) c1pre(n, o, s)   =
-//   conv1_bias(o) + Σ_k conv1_filter(o, k) emb(n, k, s),  emb = [algo; h2] stage_cost(n, s) = Σ_o
-//   ReLU(c1pre(n, o, s)) term(n, o, s) stage_penalty(n, s) = Σ_o min(c1pre(n, o, s), 0)²  (the
-//   training loss's penalty)
+//   algo(c, s)     = head1_bias(c) + Σ_ij sigmoid(head1_filter(c, i, j)) pipeline_features(i, j, s)
+//   x2(n, f, s)    = log(1 + max(schedule_features(n, f, s), 0))
+//   h2pre(n, c, s) = head2_bias(c) + Σ_f head2_filter(c, f) x2(n, f, s);  h2 = ReLU(h2pre)
+//   c1pre(n, o, s) = conv1_bias(o) + Σ_k conv1_filter(o, k) emb(n, k, s);  emb = [algo; h2]
+//   stage_cost(n, s)    = Σ_o ReLU(c1pre(n, o, s)) term(n, o, s)
+//   stage_penalty(n, s) = Σ_o min(c1pre(n, o, s), 0)²  (the training loss's penalty)
 // The per-schedule Funcs keep n (the batch, contiguous in schedule_features) as dimension 0 so
 // the CPU schedules vectorize across schedules. The algorithm part of conv1 (algo_conv1) does not
 // depend on n and is computed once per stage.

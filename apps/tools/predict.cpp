@@ -77,8 +77,9 @@ int main(int argc, char **argv) {
           cm::accumulate_score(predicted, measured, score);
         }
         cm::finish_score(score);
-        std::fprintf(stderr, "%zu schedules over %zu pipelines: loss %.4f, ordering accuracy %.3f "
-                             "over %zu pairs more than %.1fx apart\n",
+        std::fprintf(stderr,
+                     "%zu schedules over %zu pipelines: loss %.4f, ordering accuracy %.3f "
+                     "over %zu pairs more than %.1fx apart\n",
                      data.train_schedules(), data.pipelines.size(), score.loss, score.accuracy,
                      score.pairs, cm::kOrderingRatio);
         if (!os)

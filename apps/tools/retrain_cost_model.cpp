@@ -39,7 +39,8 @@ ABSL_FLAG(int, schedule_features, 39, "Schedule features per stage: 39 (CPU) or 
 ABSL_FLAG(int, batch_size, 128, "Most schedules of one pipeline per step");
 ABSL_FLAG(int, seed, 0, "Seed for random weights, batch order and subsets");
 ABSL_FLAG(double, max_seconds, 0, "Stop a run after this much training time (0: no limit)");
-ABSL_FLAG(double, penalty_weight, 1e-4, "Adam: weight of the negative conv1 pre-activation penalty");
+ABSL_FLAG(double, penalty_weight, 1e-4,
+          "Adam: weight of the negative conv1 pre-activation penalty");
 ABSL_FLAG(bool, kfac_adaptive, false,
           "K-FAC: adaptive damping, learning rate and momentum from the quadratic model "
           "(otherwise --kfac_rate, --kfac_momentum, --kfac_damping are fixed)");
@@ -101,8 +102,8 @@ void write_best(const cm::TrainingData &data) {
       throw hkfac::Error("--best_benchmark: cannot write '" + out + "'");
   }
   if (const std::string out = absl::GetFlag(FLAGS_best_schedule); !out.empty()) {
-    const std::string schedule = path.substr(0, path.size() - std::string(".sample").size()) +
-                                 ".schedule.h";
+    const std::string schedule =
+        path.substr(0, path.size() - std::string(".sample").size()) + ".schedule.h";
     std::ifstream in(schedule, std::ios::binary);
     if (!in)
       throw hkfac::Error("--best_schedule: the fastest sample has no '" + schedule + "'");
@@ -143,7 +144,8 @@ int main(int argc, char **argv) {
       "  retrain_cost_model --randomize_weights --weights_out=OUT.weights [flags] < samples.txt",
       [](const std::vector<std::string> &args) {
         if (!args.empty())
-          throw hkfac::Error("unexpected argument '" + args.front() + "' (sample paths go on "
+          throw hkfac::Error("unexpected argument '" + args.front() +
+                             "' (sample paths go on "
                              "stdin or in --samples)");
         const std::string initial = absl::GetFlag(FLAGS_initial_weights);
         const bool randomize = absl::GetFlag(FLAGS_randomize_weights);
@@ -215,22 +217,20 @@ int main(int argc, char **argv) {
                         opt_name.c_str(), shown_rate, r.epoch, r.seconds, r.train.loss,
                         r.train.accuracy, r.validation.loss, r.validation.accuracy,
                         r.validation.pairs,
-                        r.rejected_steps ? (" " + std::to_string(r.rejected_steps) +
-                                            " rejected steps")
-                                               .c_str()
-                                         : "");
+                        r.rejected_steps
+                            ? (" " + std::to_string(r.rejected_steps) + " rejected steps").c_str()
+                            : "");
             std::fflush(stdout);
             if (csv.is_open()) {
               csv << opt_name << "," << shown_rate << "," << r.epoch << "," << r.seconds << ","
                   << r.steps << "," << r.train.loss << "," << r.train.accuracy << ","
-                  << r.validation.loss << "," << r.validation.accuracy << ","
-                  << r.validation.pairs << "," << r.rejected_steps << "\n";
+                  << r.validation.loss << "," << r.validation.accuracy << "," << r.validation.pairs
+                  << "," << r.rejected_steps << "\n";
               csv.flush();
             }
             last = r;
           });
-          const double score = data.validation_schedules() ? last.validation.loss
-                                                            : last.train.loss;
+          const double score = data.validation_schedules() ? last.validation.loss : last.train.loss;
           if (rates.size() == 1 || score < best_loss) {
             best_loss = score;
             best = w;

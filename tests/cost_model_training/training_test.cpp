@@ -37,9 +37,9 @@ TEST(RelativeThroughputLoss, GradientMatchesFiniteDifferencesIncludingTheReferen
     kfac::Matrix up = p, down = p;
     up(n, 0) += h;
     down(n, 0) -= h;
-    const double fd = (total(RelativeThroughputLoss(up, &t)) -
-                       total(RelativeThroughputLoss(down, &t))) /
-                      (static_cast<double>(up(n, 0)) - down(n, 0));
+    const double fd =
+        (total(RelativeThroughputLoss(up, &t)) - total(RelativeThroughputLoss(down, &t))) /
+        (static_cast<double>(up(n, 0)) - down(n, 0));
     EXPECT_NEAR(g(n, 0), fd, 1e-3 * (1.0 + std::abs(fd))) << "schedule " << n;
   }
   EXPECT_NE(g(1, 0), 0.0f); // the reference's prediction moves every ratio
@@ -105,8 +105,8 @@ TrainingData synthetic_data(int pipelines, int schedules, unsigned seed, const S
       s.schedule_id = k;
       pd.schedule_features.push_back(s.schedule_features);
       ps.samples.push_back(s);
-      ps.paths.push_back("synthetic/synthetic_p" + std::to_string(p) + "/s" +
-                         std::to_string(k) + "/x.sample");
+      ps.paths.push_back("synthetic/synthetic_p" + std::to_string(p) + "/s" + std::to_string(k) +
+                         "/x.sample");
     }
     std::vector<int> all(schedules);
     for (int k = 0; k < schedules; ++k)

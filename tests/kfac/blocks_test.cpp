@@ -349,9 +349,9 @@ TEST(kfacBlocks, Conv2DBlockWithPerBatchLocationsWeighsEachBatchByItsOwnT) {
   EXPECT_LT(rel_err(block->full_curvature(), kron(A, G)), 1e-5);
   EXPECT_LT(rel_err(MatrixXd(diag->full_curvature().diagonal()), D), 1e-5);
   f.tag.kind = TagKind::dense;
-  EXPECT_THROW(make_block(default_block_kind(TagKind::dense), f.tag, {{din, dout, "w"},
-                                                                       {1, dout, "b"}}),
-               hkfac::Error);
+  EXPECT_THROW(
+      make_block(default_block_kind(TagKind::dense), f.tag, {{din, dout, "w"}, {1, dout, "b"}}),
+      hkfac::Error);
 }
 
 TEST(kfacBlocks, FactoryRejectsBlocksThatCannotHandleTheTag) {

@@ -172,11 +172,16 @@ def main():
         print(f"{bar} {name} {bar} {last['epoch']} {bar} {last['seconds']:.1f} {bar} "
               f"{last['val_loss']:.4f} {bar} {last['val_acc']:.3f} {bar} {best:.4f} {bar}")
     for rate, (rows, final) in halide.items():
-        last = rows[-1] if rows else {"epoch": 0, "seconds": 0}
-        print(f"{bar} Halide 14 retrain_cost_model (Adam {rate}; its own network) {bar} "
-              f"{last['epoch']} {bar} {last['seconds']:.1f} {bar} "
-              f"{final.get('val_loss', float('nan')):.4f} (its loss) {bar} "
-              f"{final.get('val_acc', float('nan')):.3f} (its rate) {bar} - {bar}")
+        last = rows[-1] if rows else {"epoch": 0, "seconds": 0, "train_loss": float("nan"),
+                                      "train_acc": float("nan")}
+        print(f"{bar} Halide 14 retrain_cost_model (Adam {rate}; its own network and loss "
+              f"scale; training loss {last['train_loss']:.4f}, training rate "
+              f"{last['train_acc']:.3f}) {bar} {last['epoch']} {bar} {last['seconds']:.1f} {bar} "
+              f"{final.get('val_loss', float('nan')):.4f} {bar} "
+              f"{final.get('val_acc', float('nan')):.3f} {bar} - {bar}")
+    if halide:
+        print("\nHalide's validation figures come from a rate-0 pass of its tool over our "
+              "validation schedules; it prints nan when those give it no pipeline batch to score.")
     print()
     adam_rows = adam[best_adam]
     adam_last = adam_rows[-1]

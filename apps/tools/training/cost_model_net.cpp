@@ -13,8 +13,7 @@ namespace {
 constexpr int kGrid = kPipelineFeatureRows * kPipelineFeatureTypes; // 280
 
 kernels::CostModelWeights kernel_weights(const Weights &w) {
-  return {w.head1_filter, w.head1_bias, w.head2_filter,
-          w.head2_bias,   w.conv1_filter, w.conv1_bias};
+  return {w.head1_filter, w.head1_bias, w.head2_filter, w.head2_bias, w.conv1_filter, w.conv1_bias};
 }
 
 // A Halide view of a parameter matrix's floats with the weight buffer's dimensions.
@@ -99,9 +98,12 @@ CostModelNet::CostModelNet(const TrainingData &data, int num_cores, Device devic
 }
 
 std::vector<kfac::ParamShape> CostModelNet::param_shapes() const {
-  return {{kGrid, kHead1Channels, "head1_filter"},       {1, kHead1Channels, "head1_bias"},
-          {S_, kHead2Channels, "head2_filter"},          {1, kHead2Channels, "head2_bias"},
-          {kConv1Channels, kConv1Channels, "conv1_filter"}, {1, kConv1Channels, "conv1_bias"}};
+  return {{kGrid, kHead1Channels, "head1_filter"},
+          {1, kHead1Channels, "head1_bias"},
+          {S_, kHead2Channels, "head2_filter"},
+          {1, kHead2Channels, "head2_bias"},
+          {kConv1Channels, kConv1Channels, "conv1_filter"},
+          {1, kConv1Channels, "conv1_bias"}};
 }
 
 kfac::Matrix CostModelNet::example_major(const Buffer<float> &b) const {
@@ -183,13 +185,13 @@ kfac::Params CostModelNet::backward(const kfac::Matrix &output_cotangent) {
     throw Error("CostModelNet::backward: call forward first");
   run_kernel(output_cotangent);
   const kfac::Params &p = *params_;
-  kfac::Params grads = {copy_to_matrix(out_.grads.head1_filter, kGrid, kHead1Channels, "head1"),
-                        copy_to_matrix(out_.grads.head1_bias, 1, kHead1Channels, "head1_bias"),
-                        copy_to_matrix(out_.grads.head2_filter, S_, kHead2Channels, "head2"),
-                        copy_to_matrix(out_.grads.head2_bias, 1, kHead2Channels, "head2_bias"),
-                        copy_to_matrix(out_.grads.conv1_filter, kConv1Channels, kConv1Channels,
-                                       "conv1_filter"),
-                        copy_to_matrix(out_.grads.conv1_bias, 1, kConv1Channels, "conv1_bias")};
+  kfac::Params grads = {
+      copy_to_matrix(out_.grads.head1_filter, kGrid, kHead1Channels, "head1"),
+      copy_to_matrix(out_.grads.head1_bias, 1, kHead1Channels, "head1_bias"),
+      copy_to_matrix(out_.grads.head2_filter, S_, kHead2Channels, "head2"),
+      copy_to_matrix(out_.grads.head2_bias, 1, kHead2Channels, "head2_bias"),
+      copy_to_matrix(out_.grads.conv1_filter, kConv1Channels, kConv1Channels, "conv1_filter"),
+      copy_to_matrix(out_.grads.conv1_bias, 1, kConv1Channels, "conv1_bias")};
   to_host(out_.head2_out_grad);
   to_host(out_.conv1_out_grad);
   to_host(out_.head1_out_grad);
@@ -231,8 +233,7 @@ kfac::Matrix CostModelNet::jvp(const kfac::Params &t) {
   for (int n = 0; n < B_; ++n)
     d_emb.block(static_cast<Eigen::Index>(n) * T_, 0, T_, kHead1Channels) = d_algo;
   d_emb.rightCols(kHead2Channels) = d_h2;
-  const kfac::Matrix d_c1 =
-      (records_[2].inputs * t[4] + d_emb * p[4]).rowwise() + t[5].row(0);
+  const kfac::Matrix d_c1 = (records_[2].inputs * t[4] + d_emb * p[4]).rowwise() + t[5].row(0);
   const Eigen::VectorXf per_row = dp_dc1_.cwiseProduct(d_c1).rowwise().sum();
   kfac::Matrix jv(B_, 1);
   for (int n = 0; n < B_; ++n)

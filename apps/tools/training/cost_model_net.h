@@ -67,8 +67,8 @@ private:
   int B_ = 0, T_ = 0;
   Weights weights_view_;
   kernels::CostModelTrainOutputs out_;
-  kfac::Matrix dp_dc1_;   // (B·T) x 32: ∂p_n / ∂ conv1 pre-activation
-  kfac::Matrix h2_mask_;  // (B·T) x 24: 1 where head2's pre-activation is positive
+  kfac::Matrix dp_dc1_;  // (B·T) x 32: ∂p_n / ∂ conv1 pre-activation
+  kfac::Matrix h2_mask_; // (B·T) x 24: 1 where head2's pre-activation is positive
 };
 
 } // namespace hkfac::cost_model

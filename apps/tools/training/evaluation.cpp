@@ -8,10 +8,10 @@
 
 namespace hkfac::cost_model {
 
-std::vector<float> predict(const Weights &w, const PipelineData &p, const std::vector<int> &schedules,
-                           int num_cores, Device device) {
+std::vector<float> predict(const Weights &w, const PipelineData &p,
+                           const std::vector<int> &schedules, int num_cores, Device device) {
   constexpr size_t kChunk = 1024; // the batch the kernels are tuned for
-  const kernels::CostModelWeights kw{w.head1_filter, w.head1_bias, w.head2_filter,
+  const kernels::CostModelWeights kw{w.head1_filter, w.head1_bias,   w.head2_filter,
                                      w.head2_bias,   w.conv1_filter, w.conv1_bias};
   std::vector<float> out;
   out.reserve(schedules.size());

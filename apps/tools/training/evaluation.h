@@ -10,13 +10,14 @@
 namespace hkfac::cost_model {
 
 // Predicted runtimes of the given schedules of `p` (inference kernel, in chunks).
-std::vector<float> predict(const Weights &w, const PipelineData &p, const std::vector<int> &schedules,
-                           int num_cores, Device device = default_device());
+std::vector<float> predict(const Weights &w, const PipelineData &p,
+                           const std::vector<int> &schedules, int num_cores,
+                           Device device = default_device());
 
 struct Score {
-  double loss = 0.0;      // Σ over pipelines of L_rel / number of schedules scored
-  double accuracy = 0.0;  // fraction of well-separated pairs predicted in the right order
-  size_t pairs = 0;       // pairs more than 1.3x apart (the accuracy's denominator)
+  double loss = 0.0;     // Σ over pipelines of L_rel / number of schedules scored
+  double accuracy = 0.0; // fraction of well-separated pairs predicted in the right order
+  size_t pairs = 0;      // pairs more than 1.3x apart (the accuracy's denominator)
   size_t schedules = 0;
 };
 

@@ -20,11 +20,11 @@ struct TrainOptions {
   int epochs = 50;
   double rate = 1e-4; // Adam's learning rate
 
-  int batch_size = 128;       // most schedules of one pipeline per step (a random subset)
+  int batch_size = 128; // most schedules of one pipeline per step (a random subset)
   unsigned seed = 0;
-  int num_cores = 2;          // the machine the samples were benchmarked on
+  int num_cores = 2;            // the machine the samples were benchmarked on
   double penalty_weight = 1e-4; // Adam: on the mean squared negative conv1 pre-activation
-  double max_seconds = 0;     // stop after this much training time (0: no limit)
+  double max_seconds = 0;       // stop after this much training time (0: no limit)
   // K-FAC. The defaults are fixed values found stable on this loss: the adaptive variant
   // (kfac-jax's damping, learning rate and momentum from the quadratic model) fits the training
   // schedules fast but trusts the Gauss–Newton model of a loss in 1/p too far, and predictions
@@ -40,8 +40,8 @@ struct TrainOptions {
 };
 
 struct EpochRecord {
-  int epoch = 0;          // 0: before training
-  double seconds = 0.0;   // training time so far (evaluation excluded)
+  int epoch = 0;        // 0: before training
+  double seconds = 0.0; // training time so far (evaluation excluded)
   int steps = 0;
   Score train, validation;
   int rejected_steps = 0; // non-finite updates skipped

@@ -90,7 +90,8 @@ TrainingData make_training_data(SampleSet &&set, int S, const Split &split, bool
     std::unordered_map<uint64_t, int> seen;
     for (size_t k = 0; k < ps.samples.size(); ++k) {
       Sample &s = ps.samples[k];
-      const uint64_t h = fnv1a(s.schedule_features.data(), s.schedule_features.number_of_elements());
+      const uint64_t h =
+          fnv1a(s.schedule_features.data(), s.schedule_features.number_of_elements());
       auto it = seen.find(h);
       if (deduplicate && it != seen.end() &&
           std::memcmp(p.schedule_features[it->second].data(), s.schedule_features.data(),
@@ -101,7 +102,7 @@ TrainingData make_training_data(SampleSet &&set, int S, const Split &split, bool
       }
       const int index = static_cast<int>(p.schedule_features.size());
       seen.emplace(h, index);
-      const bool validate = split.kind == Split::Kind::hash ? h % 5 == 0
+      const bool validate = split.kind == Split::Kind::hash  ? h % 5 == 0
                             : split.kind == Split::Kind::app ? p.pipeline_id == held_out
                                                              : false;
       (validate ? p.validation : p.train).push_back(index);

@@ -17,7 +17,7 @@ struct PipelineData {
   int32_t pipeline_id = 0;
   std::string name; // from the sample path: the directory generate_data made for the pipeline
   int num_stages = 0;
-  Buffer<float> pipeline_features;            // (40, 7, stages)
+  Buffer<float> pipeline_features;              // (40, 7, stages)
   std::vector<Buffer<float>> schedule_features; // each (S, stages)
   std::vector<float> runtimes_ms;
   std::vector<std::string> paths;

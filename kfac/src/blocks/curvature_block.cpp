@@ -35,8 +35,8 @@ void CurvatureBlock::for_each_gradient_pass(
   const Matrix no_inputs;
   float decay = ema_old;
   for (const Matrix &dy : batch.output_grads) {
-    const Matrix g =
-        per_example_gradients(tag(), batch.inputs ? *batch.inputs : no_inputs, dy, batch.batch_size);
+    const Matrix g = per_example_gradients(tag(), batch.inputs ? *batch.inputs : no_inputs, dy,
+                                           batch.batch_size);
     if (g.cols() != dim()) {
       fail("update_curvature_estimate: per-example gradients have " + std::to_string(g.cols()) +
            " columns, the block covers " + std::to_string(dim()) + " parameters");
@@ -64,9 +64,9 @@ void CurvatureBlock::update_curvature_estimate(float ema_old, float ema_new,
     fail("update_curvature_estimate: 'batch.output_grads' holds no backward pass");
   }
   // With per-batch locations (0) the first pass fixes this batch's row count.
-  const Eigen::Index rows =
-      tag_.locations > 0 ? static_cast<Eigen::Index>(batch.batch_size) * tag_.locations
-                         : batch.output_grads.front().rows();
+  const Eigen::Index rows = tag_.locations > 0
+                                ? static_cast<Eigen::Index>(batch.batch_size) * tag_.locations
+                                : batch.output_grads.front().rows();
   if (tag_.locations == 0 && (rows < 1 || rows % batch.batch_size != 0)) {
     fail("update_curvature_estimate: output gradients have " + std::to_string(rows) +
          " rows, not a multiple of the batch size " + std::to_string(batch.batch_size));

@@ -71,9 +71,7 @@ void DenseTwoKroneckerFactored::reset() {
   have_inverse_ = false;
 }
 
-Matrix DenseTwoKroneckerFactored::factor_a() const {
-  return a_sum_ * inverse_weight();
-}
+Matrix DenseTwoKroneckerFactored::factor_a() const { return a_sum_ * inverse_weight(); }
 Matrix DenseTwoKroneckerFactored::factor_g() const { return g_sum_ * inverse_weight(); }
 
 void DenseTwoKroneckerFactored::accumulate(float ema_old, float ema_new, const BlockBatch &batch) {

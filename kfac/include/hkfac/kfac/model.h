@@ -39,7 +39,7 @@ struct LayerTag {
   bool has_shift = false; // scale_and_shift
   int input_dim = 0;      // dense, scale_and_shift
   int output_dim = 0;     // dense, scale_and_shift, conv2d; generic: flattened parameter count
-  int locations = 1; // conv2d: output positions per example (rows per example); 0: per batch
+  int locations = 1;      // conv2d: output positions per example (rows per example); 0: per batch
 };
 
 // What the last forward / backward recorded for one tag (see LayerTag for the meaning per kind).
