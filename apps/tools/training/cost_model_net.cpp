@@ -129,7 +129,27 @@ void CostModelNet::run_kernel(const kfac::Matrix &cotangent) {
   kernels::cost_model_train(pipeline_->pipeline_features, schedule_features_,
                             kernel_weights(weights_view_), num_cores_, runtimes_, cot, 0.0f, 0.0f,
                             out_, device_);
-  to_host(out_.predictions);
+  if (!have_activations_) {
+    // The activations do not depend on the cotangent; any pass records them.
+    to_host(out_.head2_input);
+    to_host(out_.conv1_input);
+    records_[1].inputs = example_major(out_.head2_input);
+    records_[2].inputs = example_major(out_.conv1_input);
+    const kfac::Params &p = *params_;
+    const kfac::Matrix h2pre = (records_[1].inputs * p[2]).rowwise() + p[3].row(0);
+    h2_mask_ = (h2pre.array() > 0.0f).cast<float>().matrix();
+    have_activations_ = true;
+  }
+}
+
+void CostModelNet::ensure_ones_pass() {
+  if (have_ones_pass_)
+    return;
+  // With a cotangent of ones, conv1's recorded output gradient is ∂p_n/∂(pre-activation).
+  run_kernel(kfac::Matrix::Ones(B_, 1));
+  to_host(out_.conv1_out_grad);
+  dp_dc1_ = example_major(out_.conv1_out_grad);
+  have_ones_pass_ = true;
 }
 
 kfac::Matrix CostModelNet::forward(const kfac::Params &params, const kfac::Batch &batch) {
@@ -164,19 +184,16 @@ kfac::Matrix CostModelNet::forward(const kfac::Params &params, const kfac::Batch
     *buffers[i] = view(params[i], shape);
   }
 
-  run_kernel(kfac::Matrix::Ones(B_, 1));
-  to_host(out_.conv1_out_grad);
-  to_host(out_.head2_input);
-  to_host(out_.conv1_input);
-  dp_dc1_ = example_major(out_.conv1_out_grad);
-  records_[1].inputs = example_major(out_.head2_input);
-  records_[2].inputs = example_major(out_.conv1_input);
-  const kfac::Matrix h2pre = (records_[1].inputs * params[2]).rowwise() + params[3].row(0);
-  h2_mask_ = (h2pre.array() > 0.0f).cast<float>().matrix();
-
+  // Only the predictions now: the optimizer's forward at a candidate point (for rho) needs no
+  // more, and the training kernel runs when backward() or jvp() asks for it.
+  have_activations_ = have_ones_pass_ = false;
+  Buffer<float> predicted(B_);
+  kernels::cost_model_predict(pipeline_->pipeline_features, schedule_features_,
+                              kernel_weights(weights_view_), num_cores_, predicted, device_);
+  to_host(predicted);
   kfac::Matrix predictions(B_, 1);
   for (int n = 0; n < B_; ++n)
-    predictions(n, 0) = out_.predictions(n);
+    predictions(n, 0) = predicted(n);
   return predictions;
 }
 
@@ -221,6 +238,7 @@ kfac::Matrix CostModelNet::jvp(const kfac::Params &t) {
   if (!params_)
     throw Error("CostModelNet::jvp: call forward first");
   kfac::check_same_shapes(t, *params_, "CostModelNet::jvp tangent");
+  ensure_ones_pass();
   const kfac::Params &p = *params_;
   const Eigen::Map<const kfac::Matrix> pf(pipeline_->pipeline_features.data(), T_, kGrid);
   const kfac::Matrix sig = (1.0f + (-p[0].array()).exp()).inverse().matrix();

@@ -33,10 +33,11 @@ kfac::Batch make_batch(const TrainingData &data, int pipeline, const std::vector
 //  - "head2" conv2d over log(1 + schedule features) -> 24, "conv1" conv2d over the 32-wide
 //    embedding -> 32 (Kronecker-factored blocks).
 //
-// forward() runs the training kernel once with a cotangent of ones, which yields the predictions,
-// the activations, and ∂p_n/∂(conv1 pre-activation) — everything jvp() needs; backward() runs it
-// again with the given cotangent. Examples (schedules) do not interact inside the network, as
-// the Model contract requires; the reference-schedule coupling lives in the loss.
+// forward() runs only the inference kernel. backward() runs the training kernel with the given
+// cotangent; jvp() runs it once per forward with a cotangent of ones, which yields
+// ∂p_n/∂(conv1 pre-activation), and finishes with Eigen products. Either records the activations.
+// Examples (schedules) do not interact inside the network, as the Model contract requires; the
+// reference-schedule coupling lives in the loss.
 class CostModelNet : public kfac::Model {
 public:
   CostModelNet(const TrainingData &data, int num_cores, Device device = default_device());
@@ -52,6 +53,7 @@ private:
   // (F, batch, stages) kernel output -> (batch·stages) x F with row n·T + s.
   kfac::Matrix example_major(const Buffer<float> &b) const;
   void run_kernel(const kfac::Matrix &cotangent);
+  void ensure_ones_pass();
 
   const TrainingData &data_;
   int num_cores_;
@@ -67,6 +69,7 @@ private:
   int B_ = 0, T_ = 0;
   Weights weights_view_;
   kernels::CostModelTrainOutputs out_;
+  bool have_activations_ = false, have_ones_pass_ = false;
   kfac::Matrix dp_dc1_;  // (B·T) x 32: ∂p_n / ∂ conv1 pre-activation
   kfac::Matrix h2_mask_; // (B·T) x 24: 1 where head2's pre-activation is positive
 };
