@@ -151,9 +151,12 @@ int run() {
           params, [&]() { return data.next_batch(batch_size); }, v);
       curve.push_back({s, elapsed(), st.loss});
       if (s % log_every == 0 || s + 1 == steps) {
-        std::printf("step %4d  loss %.5f  rho %+.3f  damping %.2e  |update| %.3e  %6.2fs "
+        char rho[16] = "     -"; // computed only where adaptive damping needs it
+        if (!std::isnan(st.rho))
+          std::snprintf(rho, sizeof rho, "%+.3f", st.rho);
+        std::printf("step %4d  loss %.5f  rho %s  damping %.2e  |update| %.3e  %6.2fs "
                     "(fwd/bwd %.3f, curv %.3f, inv %.3f, precond %.3f)%s\n",
-                    s, st.loss, st.rho, st.damping, st.update_norm, elapsed(),
+                    s, st.loss, rho, st.damping, st.update_norm, elapsed(),
                     st.timings.forward_backward_s, st.timings.curvature_update_s,
                     st.timings.inverse_s, st.timings.precondition_s,
                     st.rejected ? "  [rejected]" : "");

@@ -5,6 +5,7 @@
 
 #include <chrono>
 #include <cmath>
+#include <limits>
 
 #include "hkfac/error.h"
 
@@ -341,25 +342,30 @@ StepStats Optimizer::step(Params &params, const std::function<Batch()> &next_bat
   if (!all_finite(delta))
     return reject();
 
-  // rho on this batch: actual change over the quadratic model's predicted change.
-  const Matrix jd = model_.jvp(delta);
-  const double predicted =
-      dot(g, delta) + 0.5 * (curvature_form(jd, jd) + l2 * squared_norm(delta));
   Params candidate = params;
   axpy(1.0f, delta, candidate);
   if (!all_finite(candidate))
     return reject();
-  LossRegistry new_losses;
-  const double new_loss = forward(candidate, batch, new_losses, nullptr, true);
-  if (!std::isfinite(new_loss))
-    return reject();
-  st.rho = predicted != 0.0 ? (new_loss - st.loss) / predicted : 0.0;
+  const bool adapt_damping =
+      options_.use_adaptive_damping && (step_ + 1) % options_.damping_adaptation_interval == 0;
+  st.rho = std::numeric_limits<double>::quiet_NaN();
+  if (adapt_damping || options_.always_compute_rho) {
+    // rho on this batch: actual change over the quadratic model's predicted change.
+    const Matrix jd = model_.jvp(delta);
+    const double predicted =
+        dot(g, delta) + 0.5 * (curvature_form(jd, jd) + l2 * squared_norm(delta));
+    LossRegistry new_losses;
+    const double new_loss = forward(candidate, batch, new_losses, nullptr, true);
+    if (!std::isfinite(new_loss))
+      return reject();
+    st.rho = predicted != 0.0 ? (new_loss - st.loss) / predicted : 0.0;
+  }
 
   params = std::move(candidate);
   velocity_ = delta;
   st.update_norm = std::sqrt(squared_norm(delta));
 
-  if (options_.use_adaptive_damping && (step_ + 1) % options_.damping_adaptation_interval == 0) {
+  if (adapt_damping) {
     const double decay = options_.damping_adaptation_decay
                              ? *options_.damping_adaptation_decay
                              : std::pow(0.95, options_.damping_adaptation_interval);

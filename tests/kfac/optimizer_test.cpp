@@ -218,6 +218,29 @@ TEST(kfacOptimizer, LevenbergMarquardtMovesDampingWithRho) {
   }
 }
 
+// rho costs a forward pass and a Jacobian-vector product: like kfac-jax, the optimizer computes
+// it only on the steps where adaptive damping reads it, unless asked to every step.
+TEST(kfacOptimizer, RhoIsComputedOnlyWhereDampingAdaptationNeedsIt) {
+  for (int mode = 0; mode < 3; ++mode) {
+    Regression r(8, 64);
+    OptimizerOptions o = basic_options();
+    o.use_adaptive_damping = mode == 1;
+    o.damping_adaptation_interval = 3;
+    o.always_compute_rho = mode == 2;
+    Optimizer opt(r.model, Regression::value, o);
+    StepValues v;
+    v.learning_rate = 0.01;
+    v.momentum = 0.0;
+    if (mode != 1)
+      v.damping = 1e-2;
+    for (int s = 0; s < 6; ++s) {
+      const StepStats st = opt.step(r.params, r.source(), v);
+      const bool expected = mode == 2 || (mode == 1 && (s + 1) % 3 == 0);
+      EXPECT_EQ(std::isfinite(st.rho), expected) << "mode " << mode << " step " << s;
+    }
+  }
+}
+
 // The adaptive learning rate minimises the quadratic model along u; on a linear least-squares
 // problem that model is the loss, so scaling the chosen step either way cannot do better.
 TEST(kfacOptimizer, AdaptiveLearningRateMinimisesTheQuadraticModel) {
@@ -225,6 +248,7 @@ TEST(kfacOptimizer, AdaptiveLearningRateMinimisesTheQuadraticModel) {
   OptimizerOptions o = basic_options();
   o.use_adaptive_learning_rate = true;
   o.use_adaptive_momentum = true;
+  o.always_compute_rho = true;
   o.l2_reg = 0.0f;
   Optimizer opt(r.model, Regression::value, o);
   StepValues v;

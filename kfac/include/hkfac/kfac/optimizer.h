@@ -82,6 +82,10 @@ struct OptimizerOptions {
   bool use_adaptive_damping = false;
   double initial_damping = 1e-3; // the starting point of adaptive damping
   int damping_adaptation_interval = 5;
+  // rho costs a forward pass at θ+Δ and a Jacobian-vector product. As in kfac-jax it is computed
+  // only where adaptive damping reads it (every damping_adaptation_interval steps), unless this
+  // is set (e.g. to log it every step).
+  bool always_compute_rho = false;
   // Per-adaptation factor; unset = 0.95^damping_adaptation_interval.
   std::optional<double> damping_adaptation_decay;
   bool use_adaptive_learning_rate = false;
@@ -115,7 +119,8 @@ struct StepStats {
   double momentum = 0.0;
   double damping = 0.0;
   // Reduction ratio (L(θ+Δ) - L(θ)) / (q(Δ) - q(0)) on this step's batch, q the quadratic model
-  // with the exact curvature (+ l2_reg). Always computed; 0 for a rejected step.
+  // with the exact curvature (+ l2_reg). NaN where not computed (see always_compute_rho); 0 for a
+  // rejected step.
   double rho = 0.0;
   std::map<std::string, double> aux;
   double grad_norm = 0.0;
@@ -140,7 +145,8 @@ struct StepStats {
 //  6. choose the update Δ = -lr·u + μ·v — lr, μ from schedules / StepValues (u norm-constrained),
 //     or from the 2x2 quadratic model with exact curvature products (adaptive learning rate /
 //     momentum);
-//  7. reject Δ if non-finite (damping raised, counted); otherwise compute rho, apply θ <- θ + Δ
+//  7. reject Δ if non-finite (damping raised, counted); otherwise compute rho (where needed; a
+//     non-finite loss at θ+Δ is then rejected too), apply θ <- θ + Δ
 //     and v <- Δ **in place**, and adapt damping (Levenberg–Marquardt) every interval steps.
 class Optimizer {
 public:
