@@ -1,6 +1,7 @@
 // Loss-curve output: a CSV table and a PNG line plot (no plotting library needed).
 #pragma once
 
+#include <cstdint>
 #include <string>
 #include <vector>
 
@@ -15,8 +16,15 @@ struct LossPoint {
 // Writes "step,seconds,loss" rows. Throws hkfac::Error naming the path on failure.
 void write_csv(const std::string &path, const std::vector<LossPoint> &points);
 
-// Plots loss (log scale) against step as a 640x400 PNG. Throws hkfac::Error on failure.
+constexpr int kPlotWidth = 640, kPlotHeight = 400;
+
+// Plots loss (log scale) against step as a kPlotWidth x kPlotHeight PNG with tick labels, axis
+// titles and `title` drawn in a built-in 5x7 bitmap font. Throws hkfac::Error on failure.
 void write_png(const std::string &path, const std::vector<LossPoint> &points,
                const std::string &title);
+
+// The pixels write_png encodes: kPlotHeight rows of kPlotWidth RGB triples. Separate so tests can
+// check the drawing without decoding the PNG.
+std::vector<uint8_t> render_plot(const std::vector<LossPoint> &points, const std::string &title);
 
 } // namespace autoencoder
