@@ -1,0 +1,137 @@
+#!/usr/bin/env python3
+"""Convergence benchmark (BENCHMARKS.md, K-FAC 2): the Fashion-MNIST deep autoencoder for a fixed
+wall-clock budget, K-FAC vs Adam at each learning rate in the same binary (apps/autoencoder),
+plus PyTorch Adam (Debian's python3-torch) on the identical model and data at the best rate, one
+run after another in this session.
+
+Each run logs its mini-batch objective per step. Curves are compared after a running median
+over --smooth steps. The target is the best Adam rate's smoothed loss at the end of the budget;
+the result is the first time K-FAC's smoothed loss reaches it, as a fraction of the budget (the
+issue's target: at most 1/3). Writes OUT/curves.png (matplotlib) and prints a markdown table.
+"""
+import argparse
+import csv
+import os
+import statistics
+import subprocess
+import sys
+
+
+def read_curve(path):
+    with open(path) as f:
+        rows = list(csv.DictReader(f))
+    return [(int(r["step"]), float(r["seconds"]), float(r["loss"])) for r in rows]
+
+
+def smooth(curve, window):
+    out = []
+    for i in range(len(curve)):
+        lo = max(0, i - window + 1)
+        out.append((curve[i][0], curve[i][1], statistics.median(c[2] for c in curve[lo:i + 1])))
+    return out
+
+
+def first_time_at_or_below(curve, target):
+    for step, sec, loss in curve:
+        if loss <= target:
+            return step, sec
+    return None
+
+
+def run_app(args, name, flags):
+    out_csv = os.path.join(args.out, f"{name}.csv")
+    cmd = [os.path.join(args.build, "apps/autoencoder/autoencoder"), "--data=fashion_mnist",
+           f"--max_seconds={args.budget}", "--training_steps=100000000", "--log_every=200",
+           f"--csv={out_csv}", f"--png={os.path.join(args.out, name + '.png')}"] + flags
+    print(f"  {name}: {' '.join(cmd[1:])}", flush=True)
+    with open(os.path.join(args.out, f"{name}.log"), "w") as log:
+        if subprocess.run(cmd, stdout=log, stderr=subprocess.STDOUT).returncode != 0:
+            sys.exit(f"convergence: {name} failed, see {name}.log")
+    return read_curve(out_csv)
+
+
+def run_torch(args, rate):
+    out_csv = os.path.join(args.out, f"torch_adam_{rate}.csv")
+    script = os.path.join(os.path.dirname(os.path.abspath(__file__)), "torch_autoencoder.py")
+    cmd = [args.python, script, f"--learning_rate={rate}", f"--max_seconds={args.budget}",
+           f"--csv={out_csv}"]
+    print(f"  torch adam {rate}", flush=True)
+    proc = subprocess.run(cmd, capture_output=True, text=True)
+    if proc.returncode != 0:
+        print(f"  PyTorch run failed (is python3-torch installed?):\n{proc.stderr[-2000:]}")
+        return None
+    return read_curve(out_csv)
+
+
+def main():
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("--build", default="build")
+    p.add_argument("--out", default="build/bench_convergence")
+    p.add_argument("--budget", type=float, default=600, help="seconds per run")
+    p.add_argument("--adam-rates", default="1e-4,3e-4,1e-3,3e-3")
+    p.add_argument("--kfac-flags", default="--norm_constraint=0.001",
+                   help="extra autoencoder flags for the K-FAC run")
+    p.add_argument("--smooth", type=int, default=50, help="running-median window, steps")
+    p.add_argument("--python", default="/usr/bin/python3", help="interpreter with torch")
+    p.add_argument("--no-torch", action="store_true")
+    args = p.parse_args()
+    os.makedirs(args.out, exist_ok=True)
+    print(f"convergence: Fashion-MNIST autoencoder, {args.budget:.0f} s per run", flush=True)
+
+    curves = {"hkfac K-FAC": run_app(args, "kfac", ["--optimizer=kfac"] + args.kfac_flags.split())}
+    adam = {}
+    for rate in args.adam_rates.split(","):
+        adam[rate] = run_app(args, f"adam_{rate}", ["--optimizer=adam", f"--learning_rate={rate}"])
+        curves[f"hkfac Adam {rate}"] = adam[rate]
+    smoothed = {k: smooth(v, args.smooth) for k, v in curves.items()}
+    best_rate = min(adam, key=lambda r: smoothed[f"hkfac Adam {r}"][-1][2])
+    if not args.no_torch:
+        torch_curve = run_torch(args, best_rate)
+        if torch_curve:
+            curves[f"PyTorch Adam {best_rate}"] = torch_curve
+            smoothed[f"PyTorch Adam {best_rate}"] = smooth(torch_curve, args.smooth)
+
+    target = smoothed[f"hkfac Adam {best_rate}"][-1][2]
+    print()
+    print("| run | steps | steps/s | final loss (smoothed) | time to best Adam's final loss |")
+    print("|---|---:|---:|---:|---:|")
+    for name, sc in smoothed.items():
+        hit = first_time_at_or_below(sc, target)
+        steps, secs = sc[-1][0] + 1, sc[-1][1]
+        reach = f"{hit[1]:.0f} s (step {hit[0]})" if hit else "not reached"
+        print(f"| {name} | {steps} | {steps / secs:.1f} | {sc[-1][2]:.2f} | {reach} |")
+    hit = first_time_at_or_below(smoothed["hkfac K-FAC"], target)
+    print()
+    if hit:
+        print(f"K-FAC reaches Adam {best_rate}'s {args.budget:.0f}-second loss {target:.2f} after "
+              f"{hit[1]:.0f} s: {hit[1] / args.budget:.2f} of the budget (target <= 0.33)")
+    else:
+        print(f"K-FAC does not reach Adam {best_rate}'s {args.budget:.0f}-second loss "
+              f"{target:.2f} within the budget (its final: {smoothed['hkfac K-FAC'][-1][2]:.2f})")
+    try:
+        import matplotlib
+        matplotlib.use("Agg")
+        import matplotlib.pyplot as plt
+    except ImportError:
+        print("matplotlib missing (apt-get install python3-matplotlib): no plot")
+        return
+    fig, axes = plt.subplots(1, 2, figsize=(13, 4.5))
+    for name, sc in smoothed.items():
+        axes[0].plot([c[1] for c in sc], [c[2] for c in sc], label=name)
+        axes[1].plot([c[0] for c in sc], [c[2] for c in sc], label=name)
+    axes[0].set(xlabel="seconds", ylabel=f"training loss (running median of {args.smooth})",
+                yscale="log")
+    axes[1].set(xlabel="step", ylabel="training loss", yscale="log", xscale="log")
+    for a in axes:
+        a.grid(alpha=0.3)
+        a.axhline(target, color="gray", lw=0.8, ls="--")
+    axes[0].legend(fontsize=8)
+    fig.suptitle(f"Fashion-MNIST autoencoder, {args.budget:.0f} s per run")
+    fig.tight_layout()
+    png = os.path.join(args.out, "curves.png")
+    fig.savefig(png, dpi=90)
+    print(f"wrote {png}")
+
+
+if __name__ == "__main__":
+    main()
