@@ -34,11 +34,13 @@ public:
     Expr d = cast<float>(t) / 256.0f;
     remap(t) = beta * d + alpha * d * exp(-d * d / (2 * sigma * sigma));
 
-    // One processed copy of the image per reference intensity k.
+    // One processed copy of the image per reference intensity k. The table is interpolated, not
+    // rounded: a rounded index is a step in the input, so float differences of one ulp between
+    // schedules could flip it and move outputs by ~1000 / 65535 after the pyramid collapse.
     Expr level = cast<float>(k) / (K - 1);
-    Expr diff = gray(x, y) - level;
-    Expr index = clamp(cast<int>(round(diff * 256.0f)), -256, 256);
-    processed(x, y, k) = level + remap(index);
+    Expr position = clamp((gray(x, y) - level) * 256.0f, -256.0f, 255.0f);
+    Expr index = cast<int>(floor(position));
+    processed(x, y, k) = level + lerp(remap(index), remap(index + 1), position - index);
 
     std::vector<Func> g_pyramid(J), l_pyramid(J), in_g_pyramid(J), out_l_pyramid(J),
         out_g_pyramid(J);
