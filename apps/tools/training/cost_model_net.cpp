@@ -12,10 +12,6 @@ namespace {
 
 constexpr int kGrid = kPipelineFeatureRows * kPipelineFeatureTypes; // 280
 
-kernels::CostModelWeights kernel_weights(const Weights &w) {
-  return {w.head1_filter, w.head1_bias, w.head2_filter, w.head2_bias, w.conv1_filter, w.conv1_bias};
-}
-
 // A Halide view of a parameter matrix's floats with the weight buffer's dimensions.
 Buffer<float> view(const kfac::Matrix &m, const std::vector<int> &shape) {
   return Buffer<float>(const_cast<float *>(m.data()), shape);
@@ -29,7 +25,17 @@ kfac::Matrix copy_to_matrix(const Buffer<float> &b, int rows, int cols, const ch
   return m;
 }
 
+// σ'(x) of head1's raw filter: the Jacobian of the sigmoid that keeps its weights positive.
+kfac::Matrix sigmoid_slope(const kfac::Matrix &raw) {
+  const kfac::Matrix sig = (1.0f + (-raw.array()).exp()).inverse().matrix();
+  return sig.array() * (1.0f - sig.array());
+}
+
 } // namespace
+
+kernels::CostModelWeights kernel_weights(const Weights &w) {
+  return {w.head1_filter, w.head1_bias, w.head2_filter, w.head2_bias, w.conv1_filter, w.conv1_bias};
+}
 
 kfac::Params params_from_weights(const Weights &w) {
   validate_weights(w);
@@ -217,8 +223,7 @@ kfac::Params CostModelNet::backward(const kfac::Matrix &output_cotangent) {
 
   // head1's per-example gradients: Σ_s pf(:, s) ⊗ ∂J/∂algo(:, n, s), times the sigmoid's slope.
   const Eigen::Map<const kfac::Matrix> pf(pipeline_->pipeline_features.data(), T_, kGrid);
-  const kfac::Matrix sig = (1.0f + (-p[0].array()).exp()).inverse().matrix();
-  const kfac::Matrix slope = sig.array() * (1.0f - sig.array());
+  const kfac::Matrix slope = sigmoid_slope(p[0]);
   kfac::Matrix per_example(B_, kGrid * kHead1Channels + kHead1Channels);
   kfac::Matrix g(T_, kHead1Channels);
   for (int n = 0; n < B_; ++n) {
@@ -241,8 +246,7 @@ kfac::Matrix CostModelNet::jvp(const kfac::Params &t) {
   ensure_ones_pass();
   const kfac::Params &p = *params_;
   const Eigen::Map<const kfac::Matrix> pf(pipeline_->pipeline_features.data(), T_, kGrid);
-  const kfac::Matrix sig = (1.0f + (-p[0].array()).exp()).inverse().matrix();
-  const kfac::Matrix slope = sig.array() * (1.0f - sig.array());
+  const kfac::Matrix slope = sigmoid_slope(p[0]);
   // Tangent of the per-stage algorithm embedding, then of the whole 32-wide embedding.
   const kfac::Matrix d_algo = (pf * slope.cwiseProduct(t[0])).rowwise() + t[1].row(0);
   const kfac::Matrix d_h2 =

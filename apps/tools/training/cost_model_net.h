@@ -21,6 +21,8 @@ namespace hkfac::cost_model {
 //   4 conv1_filter 32 x 32  (row = input k, column = output o: Halide conv1_filter(o, k))
 //   5 conv1_bias   1 x 32
 kfac::Params params_from_weights(const Weights &w);
+// The same buffers as the kernels take them (no copy).
+kernels::CostModelWeights kernel_weights(const Weights &w);
 Weights weights_from_params(const kfac::Params &p, int schedule_features);
 
 // A batch is some schedules of one pipeline: Batch::inputs is B x 2 (pipeline index into the

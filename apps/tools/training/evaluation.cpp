@@ -3,6 +3,7 @@
 
 #include <algorithm>
 
+#include "cost_model_net.h"
 #include "hkfac/kernels/cost_model.h"
 #include "relative_throughput_loss.h"
 
@@ -11,8 +12,7 @@ namespace hkfac::cost_model {
 std::vector<float> predict(const Weights &w, const PipelineData &p,
                            const std::vector<int> &schedules, int num_cores, Device device) {
   constexpr size_t kChunk = 1024; // the batch the kernels are tuned for
-  const kernels::CostModelWeights kw{w.head1_filter, w.head1_bias,   w.head2_filter,
-                                     w.head2_bias,   w.conv1_filter, w.conv1_bias};
+  const kernels::CostModelWeights kw = kernel_weights(w);
   std::vector<float> out;
   out.reserve(schedules.size());
   for (size_t start = 0; start < schedules.size(); start += kChunk) {
@@ -50,14 +50,14 @@ void accumulate_score(const std::vector<float> &predicted, const std::vector<flo
       correct += (p(a) < p(b)) == (t(a) < t(b)) && p(a) != p(b);
     }
   }
-  // Kept as a running count; finish_score turns it into the fraction.
-  score.accuracy += static_cast<double>(correct);
+  score.correct += correct;
   score.pairs += pairs;
 }
 
 void finish_score(Score &score) {
   score.loss = score.schedules ? score.loss / static_cast<double>(score.schedules) : 0.0;
-  score.accuracy = score.pairs ? score.accuracy / static_cast<double>(score.pairs) : 0.0;
+  score.accuracy =
+      score.pairs ? static_cast<double>(score.correct) / static_cast<double>(score.pairs) : 0.0;
 }
 
 Score evaluate(const Weights &w, const TrainingData &data, bool validation, int num_cores,

@@ -18,6 +18,7 @@ struct Score {
   double loss = 0.0;     // Σ over pipelines of L_rel / number of schedules scored
   double accuracy = 0.0; // fraction of well-separated pairs predicted in the right order
   size_t pairs = 0;      // pairs more than 1.3x apart (the accuracy's denominator)
+  size_t correct = 0;    // of those, ordered right
   size_t schedules = 0;
 };
 

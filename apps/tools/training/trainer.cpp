@@ -105,10 +105,9 @@ kfac::Params adam_gradient(const TrainingData &data, const kfac::Params &params,
   }
   const float penalty =
       static_cast<float>(o.penalty_weight / (static_cast<double>(B) * p.num_stages * 32.0));
-  kernels::cost_model_train(
-      p.pipeline_features, pack_schedule_features(p, schedules),
-      {w.head1_filter, w.head1_bias, w.head2_filter, w.head2_bias, w.conv1_filter, w.conv1_bias},
-      o.num_cores, runtimes, cotangent, 1.0f, penalty, out, o.device);
+  kernels::cost_model_train(p.pipeline_features, pack_schedule_features(p, schedules),
+                            kernel_weights(w), o.num_cores, runtimes, cotangent, 1.0f, penalty, out,
+                            o.device);
   const kernels::CostModelWeights &g = out.grads;
   const Buffer<float> *buffers[] = {&g.head1_filter, &g.head1_bias,   &g.head2_filter,
                                     &g.head2_bias,   &g.conv1_filter, &g.conv1_bias};
