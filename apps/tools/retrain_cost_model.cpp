@@ -29,8 +29,8 @@ ABSL_FLAG(std::string, best_schedule, "",
           "Copy the fastest sample's .schedule.h (next to the sample) to this file");
 ABSL_FLAG(std::string, optimizer, "kfac", "kfac | adam");
 ABSL_FLAG(std::string, validation, "hash",
-          "hash (a fixed fifth of each pipeline's schedules) | app:NAME (hold out a pipeline) | "
-          "none");
+          "hash (a fixed fifth of each pipeline's schedules) | pipelines (a fixed fifth of the "
+          "pipelines) | app:NAME (hold out a pipeline) | none");
 ABSL_FLAG(std::string, csv, "", "Per-epoch CSV: rate, epoch, seconds, losses, accuracies");
 ABSL_FLAG(std::string, predictions_file, "",
           "After training, write 'path,predicted,measured_ms,split' for every sample");

@@ -161,6 +161,41 @@ TEST(CostModelNet, JvpMatchesFiniteDifferencesOfForward) {
   EXPECT_LT((jt - fd).norm(), 2e-2 * fd.norm()) << "jvp\n" << jt << "\nfd\n" << fd;
 }
 
+// backward() scales the ones pass per schedule instead of running the kernel again; the kernel
+// run with the cotangent itself is the reference.
+TEST(CostModelNet, BackwardEqualsTheTrainingKernelRunWithThatCotangent) {
+  const TrainingData data = synthetic_data(3, 8, 8, Split{Split::Kind::none, ""});
+  CostModelNet net(data, 2);
+  const Weights w = random_weights(S, 6);
+  const kfac::Params params = params_from_weights(w);
+  const std::vector<int> schedules = {1, 3, 4, 6, 7};
+  net.forward(params, make_batch(data, 2, schedules));
+  const kfac::Matrix cot = column({0.7f, -1.3f, 2.0f, 0.0f, -0.4f});
+  const kfac::Params g = net.backward(cot);
+  const kfac::Params again = net.backward(2.0f * cot); // reuses the ones pass
+  const PipelineData &p = data.pipelines[2];
+  Buffer<float> runtimes(5), cotangent(5);
+  for (int n = 0; n < 5; ++n) {
+    runtimes(n) = p.runtimes_ms[schedules[n]];
+    cotangent(n) = cot(n, 0);
+  }
+  kernels::CostModelTrainOutputs out;
+  kernels::cost_model_train(p.pipeline_features, pack_schedule_features(p, schedules),
+                            kernel_weights(w), 2, runtimes, cotangent, 0.0f, 0.0f, out);
+  Weights grads = make_weights(S);
+  grads.head1_filter = out.grads.head1_filter.copy();
+  grads.head1_bias = out.grads.head1_bias.copy();
+  grads.head2_filter = out.grads.head2_filter.copy();
+  grads.head2_bias = out.grads.head2_bias.copy();
+  grads.conv1_filter = out.grads.conv1_filter.copy();
+  grads.conv1_bias = out.grads.conv1_bias.copy();
+  const kfac::Params ref = params_from_weights(grads);
+  for (size_t i = 0; i < g.size(); ++i) {
+    EXPECT_LT((g[i] - ref[i]).norm(), 1e-4 * (1 + ref[i].norm())) << "parameter " << i;
+    EXPECT_LT((again[i] - 2.0f * ref[i]).norm(), 2e-4 * (1 + ref[i].norm())) << "parameter " << i;
+  }
+}
+
 TEST(CostModelNet, PerExampleRecordsSumToTheKernelsGradients) {
   const TrainingData data = synthetic_data(4, 8, 7, Split{Split::Kind::none, ""});
   CostModelNet net(data, 2);
@@ -242,6 +277,20 @@ TEST(CostModelTraining, HoldOutSplitValidatesOnExactlyThatPipeline) {
   EXPECT_THROW(parse_split("random"), hkfac::Error);
   // generate_data's ids: CRC-32 (check value crc32("123456789") = 0xCBF43926), top bit cleared.
   EXPECT_EQ(pipeline_id_for("123456789"), static_cast<int32_t>(0xCBF43926u & 0x7FFFFFFFu));
+}
+
+TEST(CostModelTraining, PipelinesSplitHoldsOutWholePipelinesByTheirId) {
+  const TrainingData data = synthetic_data(20, 4, 13, parse_split("pipelines"));
+  int held_out = 0;
+  for (const PipelineData &p : data.pipelines) {
+    const bool validate = pipeline_id_for(p.name) % 5 == 0;
+    held_out += validate;
+    EXPECT_EQ(p.validation.size(), validate ? 4u : 0u) << p.name;
+    EXPECT_EQ(p.train.size(), validate ? 0u : 4u) << p.name;
+  }
+  // About a fifth of 20 (a binomial count; these names give a nonzero one).
+  EXPECT_GT(held_out, 0);
+  EXPECT_LT(held_out, 20);
 }
 
 } // namespace

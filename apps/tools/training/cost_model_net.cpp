@@ -151,10 +151,28 @@ void CostModelNet::run_kernel(const kfac::Matrix &cotangent) {
 void CostModelNet::ensure_ones_pass() {
   if (have_ones_pass_)
     return;
-  // With a cotangent of ones, conv1's recorded output gradient is ∂p_n/∂(pre-activation).
+  // With a cotangent of ones, the recorded output gradients are ∂p_n/∂(layer output).
   run_kernel(kfac::Matrix::Ones(B_, 1));
+  to_host(out_.head2_out_grad);
   to_host(out_.conv1_out_grad);
+  to_host(out_.head1_out_grad);
+  ones_head2_ = example_major(out_.head2_out_grad);
   dp_dc1_ = example_major(out_.conv1_out_grad);
+
+  // head1's per-example gradients: Σ_s pf(:, s) ⊗ ∂p_n/∂algo(:, s), times the sigmoid's slope.
+  const Eigen::Map<const kfac::Matrix> pf(pipeline_->pipeline_features.data(), T_, kGrid);
+  const kfac::Matrix slope = sigmoid_slope((*params_)[0]);
+  ones_head1_.resize(B_, kGrid * kHead1Channels + kHead1Channels);
+  kfac::Matrix g(T_, kHead1Channels);
+  for (int n = 0; n < B_; ++n) {
+    for (int s = 0; s < T_; ++s) {
+      for (int c = 0; c < kHead1Channels; ++c)
+        g(s, c) = out_.head1_out_grad(c, n, s);
+    }
+    const kfac::Matrix w = (pf.transpose() * g).cwiseProduct(slope);
+    std::memcpy(ones_head1_.row(n).data(), w.data(), sizeof(float) * w.size());
+    ones_head1_.row(n).tail(kHead1Channels) = g.colwise().sum();
+  }
   have_ones_pass_ = true;
 }
 
@@ -206,36 +224,34 @@ kfac::Matrix CostModelNet::forward(const kfac::Params &params, const kfac::Batch
 kfac::Params CostModelNet::backward(const kfac::Matrix &output_cotangent) {
   if (!params_)
     throw Error("CostModelNet::backward: call forward first");
-  run_kernel(output_cotangent);
-  const kfac::Params &p = *params_;
-  kfac::Params grads = {
-      copy_to_matrix(out_.grads.head1_filter, kGrid, kHead1Channels, "head1"),
-      copy_to_matrix(out_.grads.head1_bias, 1, kHead1Channels, "head1_bias"),
-      copy_to_matrix(out_.grads.head2_filter, S_, kHead2Channels, "head2"),
-      copy_to_matrix(out_.grads.head2_bias, 1, kHead2Channels, "head2_bias"),
-      copy_to_matrix(out_.grads.conv1_filter, kConv1Channels, kConv1Channels, "conv1_filter"),
-      copy_to_matrix(out_.grads.conv1_bias, 1, kConv1Channels, "conv1_bias")};
-  to_host(out_.head2_out_grad);
-  to_host(out_.conv1_out_grad);
-  to_host(out_.head1_out_grad);
-  records_[1].output_grads = example_major(out_.head2_out_grad);
-  records_[2].output_grads = example_major(out_.conv1_out_grad);
-
-  // head1's per-example gradients: Σ_s pf(:, s) ⊗ ∂J/∂algo(:, n, s), times the sigmoid's slope.
-  const Eigen::Map<const kfac::Matrix> pf(pipeline_->pipeline_features.data(), T_, kGrid);
-  const kfac::Matrix slope = sigmoid_slope(p[0]);
-  kfac::Matrix per_example(B_, kGrid * kHead1Channels + kHead1Channels);
-  kfac::Matrix g(T_, kHead1Channels);
-  for (int n = 0; n < B_; ++n) {
-    for (int s = 0; s < T_; ++s) {
-      for (int c = 0; c < kHead1Channels; ++c)
-        g(s, c) = out_.head1_out_grad(c, n, s);
-    }
-    const kfac::Matrix w = (pf.transpose() * g).cwiseProduct(slope);
-    std::memcpy(per_example.row(n).data(), w.data(), sizeof(float) * w.size());
-    per_example.row(n).tail(kHead1Channels) = g.colwise().sum();
+  if (output_cotangent.rows() != B_ || output_cotangent.cols() != 1) {
+    throw Error("CostModelNet: the cotangent must be " + std::to_string(B_) + " x 1, got " +
+                std::to_string(output_cotangent.rows()) + " x " +
+                std::to_string(output_cotangent.cols()));
   }
-  records_[0].output_grads = std::move(per_example);
+  // Each schedule's output is one scalar, so every backward pass is the ones pass scaled per
+  // example: the optimizer's gradient and curvature passes share one kernel run.
+  ensure_ones_pass();
+  auto scale_rows = [&](const kfac::Matrix &per_stage) {
+    kfac::Matrix m = per_stage;
+    for (int n = 0; n < B_; ++n)
+      m.middleRows(static_cast<Eigen::Index>(n) * T_, T_) *= output_cotangent(n, 0);
+    return m;
+  };
+  records_[0].output_grads = output_cotangent.col(0).asDiagonal() * ones_head1_;
+  records_[1].output_grads = scale_rows(ones_head2_);
+  records_[2].output_grads = scale_rows(dp_dc1_);
+
+  kfac::Params grads = kfac::zeros_like(*params_);
+  const Eigen::RowVectorXf head1 = records_[0].output_grads.colwise().sum();
+  std::memcpy(grads[0].data(), head1.data(), sizeof(float) * grads[0].size());
+  grads[1].row(0) = head1.tail(kHead1Channels);
+  for (int tag : {1, 2}) {
+    const kfac::TagRecord &r = records_[tag];
+    const int filter = tags_[tag].params[0], bias = tags_[tag].params[1];
+    grads[filter] = r.inputs.transpose() * r.output_grads;
+    grads[bias] = r.output_grads.colwise().sum();
+  }
   return grads;
 }
 

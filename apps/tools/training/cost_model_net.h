@@ -35,9 +35,10 @@ kfac::Batch make_batch(const TrainingData &data, int pipeline, const std::vector
 //  - "head2" conv2d over log(1 + schedule features) -> 24, "conv1" conv2d over the 32-wide
 //    embedding -> 32 (Kronecker-factored blocks).
 //
-// forward() runs only the inference kernel. backward() runs the training kernel with the given
-// cotangent; jvp() runs it once per forward with a cotangent of ones, which yields
-// ∂p_n/∂(conv1 pre-activation), and finishes with Eigen products. Either records the activations.
+// forward() runs only the inference kernel. The first backward() or jvp() after it runs the
+// training kernel once with a cotangent of ones, which yields ∂p_n/∂(layer output) for every
+// schedule; since each schedule's output is a scalar, any cotangent's layer gradients are those
+// rows scaled by its entries, and backward() and jvp() finish with Eigen products.
 // Examples (schedules) do not interact inside the network, as the Model contract requires; the
 // reference-schedule coupling lives in the loss.
 class CostModelNet : public kfac::Model {
@@ -72,8 +73,11 @@ private:
   Weights weights_view_;
   kernels::CostModelTrainOutputs out_;
   bool have_activations_ = false, have_ones_pass_ = false;
-  kfac::Matrix dp_dc1_;  // (B·T) x 32: ∂p_n / ∂ conv1 pre-activation
-  kfac::Matrix h2_mask_; // (B·T) x 24: 1 where head2's pre-activation is positive
+  // The ones pass: ∂p_n / ∂(layer output) for every schedule n.
+  kfac::Matrix dp_dc1_;      // (B·T) x 32: conv1 pre-activation
+  kfac::Matrix ones_head2_;  // (B·T) x 24: head2 pre-activation
+  kfac::Matrix ones_head1_;  // B x 2248: head1's per-example parameter gradients
+  kfac::Matrix h2_mask_;     // (B·T) x 24: 1 where head2's pre-activation is positive
 };
 
 } // namespace hkfac::cost_model

@@ -55,13 +55,15 @@ Split parse_split(const std::string &text) {
   Split s;
   if (text == "hash") {
     s.kind = Split::Kind::hash;
+  } else if (text == "pipelines") {
+    s.kind = Split::Kind::pipelines;
   } else if (text == "none") {
     s.kind = Split::Kind::none;
   } else if (text.rfind("app:", 0) == 0 && text.size() > 4) {
     s.kind = Split::Kind::app;
     s.app = text.substr(4);
   } else {
-    throw Error("--validation: expected 'hash', 'none' or 'app:NAME', got '" + text + "'");
+    throw Error("--validation: expected 'hash', 'pipelines', 'none' or 'app:NAME', got '" + text + "'");
   }
   return s;
 }
@@ -102,9 +104,13 @@ TrainingData make_training_data(SampleSet &&set, int S, const Split &split, bool
       }
       const int index = static_cast<int>(p.schedule_features.size());
       seen.emplace(h, index);
-      const bool validate = split.kind == Split::Kind::hash  ? h % 5 == 0
-                            : split.kind == Split::Kind::app ? p.pipeline_id == held_out
-                                                             : false;
+      bool validate = false;
+      switch (split.kind) {
+      case Split::Kind::hash: validate = h % 5 == 0; break;
+      case Split::Kind::app: validate = p.pipeline_id == held_out; break;
+      case Split::Kind::pipelines: validate = p.pipeline_id % 5 == 0; break;
+      case Split::Kind::none: break;
+      }
       (validate ? p.validation : p.train).push_back(index);
       p.schedule_features.push_back(s.schedule_features);
       p.runtimes_ms.push_back(s.runtime_ms);

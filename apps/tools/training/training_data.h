@@ -35,9 +35,11 @@ struct TrainingData {
 // How samples are split: "hash" puts a fixed fifth of each pipeline's schedules (by a hash of
 // their features, so the split does not depend on file order) into validation; "app:NAME" holds
 // out every schedule of the pipeline NAME (its pipeline id is the CRC-32 of the name, as
-// generate_data assigns it) and trains on the rest; "none" validates on nothing.
+// generate_data assigns it) and trains on the rest; "pipelines" holds out every schedule of a
+// fixed fifth of the pipelines (by their id): the question the autoscheduler asks of the model
+// is about pipelines it has never seen; "none" validates on nothing.
 struct Split {
-  enum class Kind { hash, app, none } kind = Kind::hash;
+  enum class Kind { hash, app, pipelines, none } kind = Kind::hash;
   std::string app;
 };
 Split parse_split(const std::string &text); // throws hkfac::Error naming the flag value
