@@ -15,6 +15,7 @@
 #include <random>
 
 #include "data.h"
+#include "hkfac/allocator.h"
 #include "hkfac/error.h"
 #include "hkfac/kfac/layers.h"
 #include "hkfac/kfac/optimizer.h"
@@ -204,6 +205,7 @@ int run() {
 } // namespace
 
 int main(int argc, char **argv) {
+  hkfac::retain_freed_memory(); // every step allocates and frees the same buffers
   absl::SetProgramUsageMessage(
       "Trains kfac_ferminet_alpha's deep autoencoder with K-FAC, Adam or SGD; writes a CSV and a "
       "PNG loss curve.\nExample: autoencoder --data=fashion_mnist --optimizer=kfac "

@@ -10,6 +10,8 @@
 #include <string>
 #include <vector>
 
+#include "hkfac/allocator.h"
+
 namespace hkfac::tools {
 
 // Parses the flags (--help lists the flags defined in `source_file`, which absl's default filter
@@ -18,6 +20,7 @@ namespace hkfac::tools {
 template <typename Body>
 int run_tool(int argc, char **argv, const char *name, const char *source_file, const char *usage,
              Body body) {
+  retain_freed_memory(); // the trainers call kernels thousands of times
   absl::SetProgramUsageMessage(usage);
   absl::FlagsUsageConfig config;
   config.contains_help_flags = [source_file](absl::string_view file) {

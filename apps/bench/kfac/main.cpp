@@ -15,6 +15,7 @@
 #include <vector>
 
 #include "data.h"
+#include "hkfac/allocator.h"
 #include "hkfac/kfac/layers.h"
 #include "hkfac/kfac/optimizer.h"
 
@@ -159,6 +160,7 @@ std::string load_line() {
 } // namespace
 
 int main(int argc, char **argv) {
+  hkfac::retain_freed_memory(); // as the autoencoder app does
   const int windows = argc > 1 ? std::max(1, std::atoi(argv[1])) : 4;
   const std::string mnist_dir = argc > 2 ? argv[2] : "/usr/share/datasets/fashion-mnist";
   try {

@@ -208,16 +208,16 @@ kfac::Matrix CostModelNet::forward(const kfac::Params &params, const kfac::Batch
     *buffers[i] = view(params[i], shape);
   }
 
-  // Only the predictions now: the optimizer's forward at a candidate point (for rho) needs no
-  // more, and the training kernel runs when backward() or jvp() asks for it.
+  // The ones pass right away: nearly every forward is followed by backward passes, and the
+  // training kernel's predictions make the inference kernel's call redundant. (A forward at a
+  // candidate point only, for rho, pays for records it does not use; that is one step in
+  // damping_adaptation_interval.)
   have_activations_ = have_ones_pass_ = false;
-  Buffer<float> predicted(B_);
-  kernels::cost_model_predict(pipeline_->pipeline_features, schedule_features_,
-                              kernel_weights(weights_view_), num_cores_, predicted, device_);
-  to_host(predicted);
+  ensure_ones_pass();
+  to_host(out_.predictions);
   kfac::Matrix predictions(B_, 1);
   for (int n = 0; n < B_; ++n)
-    predictions(n, 0) = predicted(n);
+    predictions(n, 0) = out_.predictions(n);
   return predictions;
 }
 

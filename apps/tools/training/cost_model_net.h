@@ -35,10 +35,10 @@ kfac::Batch make_batch(const TrainingData &data, int pipeline, const std::vector
 //  - "head2" conv2d over log(1 + schedule features) -> 24, "conv1" conv2d over the 32-wide
 //    embedding -> 32 (Kronecker-factored blocks).
 //
-// forward() runs only the inference kernel. The first backward() or jvp() after it runs the
-// training kernel once with a cotangent of ones, which yields ∂p_n/∂(layer output) for every
-// schedule; since each schedule's output is a scalar, any cotangent's layer gradients are those
-// rows scaled by its entries, and backward() and jvp() finish with Eigen products.
+// forward() runs the training kernel once with a cotangent of ones, which yields the predictions
+// and ∂p_n/∂(layer output) for every schedule; since each schedule's output is a scalar, any
+// cotangent's layer gradients are those rows scaled by its entries, and backward() and jvp()
+// finish with Eigen products.
 // Examples (schedules) do not interact inside the network, as the Model contract requires; the
 // reference-schedule coupling lives in the loss.
 class CostModelNet : public kfac::Model {
