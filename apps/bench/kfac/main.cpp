@@ -4,7 +4,7 @@
 // (K-FAC, SGD, K-FAC, ...) so load drift on a shared machine hits both alike. The inverse runs
 // every inverse_update_period steps, so steps are grouped into windows of one period: a window's
 // ratio is Σ K-FAC time / Σ SGD time (the amortised ratio), and the table reports medians over
-// windows. Usage: kfac_bench [windows=4] [fashion_mnist_dir].
+// windows. Usage: kfac_bench [windows=4] [fashion_mnist_dir] [batch=128].
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
@@ -59,10 +59,26 @@ struct Row {
   std::string name;
   double sgd_ms, kfac_ms, per_step_ratio, amortised_ratio;
   double fwd_bwd, curvature, inverse, precondition, other; // each / SGD time, amortised
+  double precondition_flop_ratio; // a floor on the precondition phase, in SGD steps
 };
 
-Row measure(const std::string &name, autoencoder::Dataset &data, bool images, int windows) {
-  const int batch_size = 128;
+// Flops of preconditioning every dense layer (A⁻¹ V G⁻¹: 2(i+1)²o + 2(i+1)o²) over the flops of
+// an SGD step's forward and backward passes (6n(i+1)o), for i x o weights and batch n. At equal
+// GEMM efficiency the precondition phase cannot take fewer SGD steps than this.
+double precondition_flop_ratio(const hkfac::kfac::Model &m, int n) {
+  double pre = 0, sgd = 0;
+  for (const hkfac::kfac::ParamShape &p : m.param_shapes()) {
+    if (p.rows <= 1)
+      continue; // a bias: part of its weight's homogeneous row
+    const double i = p.rows + 1.0, o = p.cols;
+    pre += 2 * i * i * o + 2 * i * o * o;
+    sgd += 6.0 * n * i * o;
+  }
+  return pre / sgd;
+}
+
+Row measure(const std::string &name, autoencoder::Dataset &data, bool images, int windows,
+            int batch_size) {
   const float l2 = 1e-3f;
   hkfac::kfac::ValueFunction value = [images](const Matrix &out, const Batch &batch,
                                               hkfac::kfac::ValueContext &ctx) {
@@ -147,7 +163,8 @@ Row measure(const std::string &name, autoencoder::Dataset &data, bool images, in
           median(cu),
           median(inv),
           median(pre),
-          median(other)};
+          median(other),
+          precondition_flop_ratio(kfac_model, batch_size)};
 }
 
 std::string load_line() {
@@ -163,24 +180,26 @@ int main(int argc, char **argv) {
   hkfac::retain_freed_memory(); // as the autoencoder app does
   const int windows = argc > 1 ? std::max(1, std::atoi(argv[1])) : 4;
   const std::string mnist_dir = argc > 2 ? argv[2] : "/usr/share/datasets/fashion-mnist";
+  const int batch = argc > 3 ? std::max(1, std::atoi(argv[3])) : 128;
   try {
-    std::printf("kfac_bench: autoencoder, batch 128, inverse_update_period 5, %d windows of 5 "
+    std::printf("kfac_bench: autoencoder, batch %d, inverse_update_period 5, %d windows of 5 "
                 "interleaved K-FAC/SGD steps; load average before: %s\n",
-                windows, load_line().c_str());
+                batch, windows, load_line().c_str());
     std::vector<Row> rows;
     autoencoder::Dataset random = autoencoder::Dataset::load("random", "", 12412321);
-    rows.push_back(measure("random (20-dim, squared error)", random, false, windows));
+    rows.push_back(measure("random (20-dim, squared error)", random, false, windows, batch));
     autoencoder::Dataset images = autoencoder::Dataset::load("fashion_mnist", mnist_dir, 12412321);
-    rows.push_back(measure("Fashion-MNIST (784-dim, sigmoid CE)", images, true, windows));
+    rows.push_back(measure("Fashion-MNIST (784-dim, sigmoid CE)", images, true, windows, batch));
     std::printf("load average after: %s\n\n", load_line().c_str());
     std::printf("| data | SGD step (ms) | K-FAC step (ms, amortised) | K-FAC/SGD per step (median) "
                 "| K-FAC/SGD amortised (median) | fwd/bwd | curvature update | inverse | "
-                "precondition | other (rho, update) |\n");
-    std::printf("|---|---|---|---|---|---|---|---|---|---|\n");
+                "precondition | other (rho, update) | precondition flops / SGD flops |\n");
+    std::printf("|---|---|---|---|---|---|---|---|---|---|---|\n");
     for (const Row &r : rows) {
-      std::printf("| %s | %.1f | %.1f | %.2f | %.2f | %.2f | %.2f | %.2f | %.2f | %.2f |\n",
+      std::printf("| %s | %.1f | %.1f | %.2f | %.2f | %.2f | %.2f | %.2f | %.2f | %.2f | %.2f |\n",
                   r.name.c_str(), r.sgd_ms, r.kfac_ms, r.per_step_ratio, r.amortised_ratio,
-                  r.fwd_bwd, r.curvature, r.inverse, r.precondition, r.other);
+                  r.fwd_bwd, r.curvature, r.inverse, r.precondition, r.other,
+                  r.precondition_flop_ratio);
     }
     std::printf("\nPhase columns: amortised phase time / SGD step time (they sum to the amortised "
                 "ratio up to medians).\n");
