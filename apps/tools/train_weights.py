@@ -6,7 +6,7 @@ autoscheduler can be judged on an app with weights that never saw it.
 Every run uses the same optimizer, epoch count and seed; the epoch count is fixed in advance
 (from the benchmark on the 'pipelines' split), never chosen by the held-out app's loss. Prints a
 markdown table of what each file is (data, epochs, seconds, held-out ordering accuracy and loss)
-and writes it to BUILD/train_weights/records.md.
+and writes it to records.md in --log-dir.
 
   train_weights.py --samples build-data/ds1 --build build --out weights --epochs 30
 """
@@ -72,6 +72,8 @@ def main():
     p.add_argument("--seed", type=int, default=1)
     p.add_argument("--num-cores", dest="num_cores", type=int, default=2,
                    help="cores of the machine that benchmarked the samples")
+    p.add_argument("--log-dir", dest="log_dir", default="",
+                   help="per-run logs, CSVs and records.md (default: BUILD/train_weights)")
     p.add_argument("--apps", default="",
                    help="comma-separated apps to hold out (default: every sample directory "
                         "that is not a random pipeline)")
@@ -81,7 +83,7 @@ def main():
     if not os.access(args.retrain, os.X_OK):
         sys.exit(f"train_weights: no retrain_cost_model at {args.retrain} (build first)")
     os.makedirs(args.out, exist_ok=True)
-    args.out_log = os.path.join(args.build, "train_weights")
+    args.out_log = args.log_dir or os.path.join(args.build, "train_weights")
     os.makedirs(args.out_log, exist_ok=True)
 
     samples = sample_paths(args.samples)

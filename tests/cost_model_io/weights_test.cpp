@@ -4,6 +4,8 @@
 #include <cmath>
 #include <cstring>
 #include <filesystem>
+#include <fstream>
+#include <iterator>
 #include <limits>
 
 #include "hkfac/cost_model/weights.h"
@@ -269,3 +271,26 @@ TEST(WeightsDir, WrongSizeFileIsNamedInTheError) {
 }
 
 } // namespace
+
+// The weights shipped in weights/: each is a valid S = 39 file (so the plugin can load it) and
+// weights/README.md records how it was trained.
+TEST(ShippedWeights, EveryFileLoadsAndIsRecorded) {
+  namespace fs = std::filesystem;
+  const fs::path dir = fs::path(HKFAC_SOURCE_DIR) / "weights";
+  std::ifstream readme(dir / "README.md");
+  ASSERT_TRUE(readme) << "weights/README.md missing";
+  const std::string text((std::istreambuf_iterator<char>(readme)), {});
+  int files = 0;
+  for (const fs::directory_entry &e : fs::directory_iterator(dir)) {
+    if (e.path().extension() != ".weights")
+      continue;
+    ++files;
+    cm::WeightsLoadOptions o;
+    o.expected_schedule_features = cm::kCpuScheduleFeatures;
+    EXPECT_NO_THROW(cm::load_weights_file(e.path().string(), o)) << e.path();
+    EXPECT_NE(text.find("`" + e.path().filename().string() + "`"), std::string::npos)
+        << e.path().filename() << " has no record in weights/README.md";
+  }
+  if (files == 0)
+    GTEST_SKIP() << "no .weights files shipped";
+}
