@@ -25,7 +25,7 @@ def read_csv(path):
 
 
 def sample_paths(root):
-    return sorted(os.path.abspath(os.path.join(d, f)) for d, _, fs in os.walk(root)
+    return sorted(os.path.abspath(os.path.join(d, f)) for d, _, fs in os.walk(root, followlinks=True)
                   for f in fs if f.endswith(".sample"))
 
 

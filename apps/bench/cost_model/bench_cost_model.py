@@ -126,8 +126,9 @@ def main():
     p.add_argument("--out", default="build/bench_cost_model")
     p.add_argument("--epochs", type=int, default=40)
     p.add_argument("--max-seconds", dest="max_seconds", type=float, default=0)
-    p.add_argument("--adam-rates", default="0.0001,0.001,0.01")
-    p.add_argument("--halide-rates", default="0.0001,0.001")
+    p.add_argument("--adam-rates", default="0.0003,0.001,0.003,0.01")
+    p.add_argument("--halide-rates", default="0.0001,0.001,0.01",
+                   help="Halide's tool: 1e-4 (its default) and enough others to find its best")
     p.add_argument("--validation", default="pipelines")
     p.add_argument("--num-cores", dest="num_cores", type=int, default=2)
     p.add_argument("--seeds", default="1,2,3",
@@ -140,7 +141,7 @@ def main():
     args.retrain = os.path.join(args.build, "apps/tools/retrain_cost_model")
     os.makedirs(args.out, exist_ok=True)
 
-    samples = sorted(os.path.abspath(os.path.join(d, f)) for d, _, fs in os.walk(args.samples)
+    samples = sorted(os.path.abspath(os.path.join(d, f)) for d, _, fs in os.walk(args.samples, followlinks=True)
                      for f in fs if f.endswith(".sample"))
     if not samples:
         sys.exit(f"bench_cost_model: no .sample files under {args.samples}")
