@@ -191,10 +191,16 @@ void CurvatureEstimator::update_curvature_estimate(Model &model, const LossRegis
 void CurvatureEstimator::update_inverse(float diagonal_weight) {
   // Blocks are independent and their inverses (Eigen factorisations, single-threaded) dominate
   // a K-FAC step, so they run on all cores, largest first so the big ones do not finish last.
+  // Small models invert in microseconds, less than starting a thread costs.
+  long total_dim = 0;
+  for (const auto &b : blocks_)
+    total_dim += b->dim();
+  constexpr long kParallelInverseMinDim = 1 << 16;
   const unsigned threads =
-      serial_inverses_ ? 1u
-                       : std::max(1u, std::min<unsigned>(std::thread::hardware_concurrency(),
-                                                         static_cast<unsigned>(blocks_.size())));
+      serial_inverses_ || total_dim < kParallelInverseMinDim
+          ? 1u
+          : std::max(1u, std::min<unsigned>(std::thread::hardware_concurrency(),
+                                            static_cast<unsigned>(blocks_.size())));
   if (threads <= 1) {
     for (auto &b : blocks_)
       b->update_inverse(diagonal_weight);
