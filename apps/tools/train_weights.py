@@ -107,7 +107,7 @@ def main():
 
     lines = [f"Trained {time.strftime('%Y-%m-%d')} on {cpu_name()} ({args.num_cores} cores) by "
              f"`apps/tools/train_weights.py --epochs {args.epochs} --optimizer {args.optimizer} "
-             f"--seed {args.seed}`{' -- ' + ' '.join(args.extra) if args.extra else ''}: "
+             f"--seed {args.seed}{' -- ' + ' '.join(args.extra) if args.extra else ''}`: "
              f"{len(samples)} samples over {len(pipelines)} pipelines. Target: CPU, S = 39.",
              "",
              "| file | trained on | held out | epochs | seconds | held-out ordering accuracy "
