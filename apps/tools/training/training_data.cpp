@@ -63,7 +63,8 @@ Split parse_split(const std::string &text) {
     s.kind = Split::Kind::app;
     s.app = text.substr(4);
   } else {
-    throw Error("--validation: expected 'hash', 'pipelines', 'none' or 'app:NAME', got '" + text + "'");
+    throw Error("--validation: expected 'hash', 'pipelines', 'none' or 'app:NAME', got '" + text +
+                "'");
   }
   return s;
 }
