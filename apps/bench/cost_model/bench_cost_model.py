@@ -145,7 +145,8 @@ def main():
     args.retrain = os.path.join(args.build, "apps/tools/retrain_cost_model")
     os.makedirs(args.out, exist_ok=True)
 
-    samples = sorted(os.path.abspath(os.path.join(d, f)) for d, _, fs in os.walk(args.samples, followlinks=True)
+    samples = sorted(os.path.abspath(os.path.join(d, f))
+                     for d, _, fs in os.walk(args.samples, followlinks=True)
                      for f in fs if f.endswith(".sample"))
     if not samples:
         sys.exit(f"bench_cost_model: no .sample files under {args.samples}")

@@ -59,12 +59,13 @@ struct Row {
   std::string name;
   double sgd_ms, kfac_ms, per_step_ratio, amortised_ratio;
   double fwd_bwd, curvature, inverse, precondition, other; // each / SGD time, amortised
-  double precondition_flop_ratio; // a floor on the precondition phase, in SGD steps
+  double precondition_flop_ratio; // arithmetic, not a measurement (see below)
 };
 
 // Flops of preconditioning every dense layer (A⁻¹ V G⁻¹: 2(i+1)²o + 2(i+1)o²) over the flops of
-// an SGD step's forward and backward passes (6n(i+1)o), for i x o weights and batch n. At equal
-// GEMM efficiency the precondition phase cannot take fewer SGD steps than this.
+// an SGD step's forward and backward passes (6n(i+1)o), for i x o weights and batch n. It is
+// the precondition phase's cost in SGD steps if both ran at the same GFLOP/s; the precondition's
+// square GEMMs usually run faster than the batch-thin ones of an SGD step.
 double precondition_flop_ratio(const hkfac::kfac::Model &m, int n) {
   double pre = 0, sgd = 0;
   for (const hkfac::kfac::ParamShape &p : m.param_shapes()) {

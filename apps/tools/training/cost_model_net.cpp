@@ -124,38 +124,19 @@ kfac::Matrix CostModelNet::example_major(const Buffer<float> &b) const {
   return m;
 }
 
-void CostModelNet::run_kernel(const kfac::Matrix &cotangent) {
-  if (cotangent.rows() != B_ || cotangent.cols() != 1) {
-    throw Error("CostModelNet: the cotangent must be " + std::to_string(B_) + " x 1, got " +
-                std::to_string(cotangent.rows()) + " x " + std::to_string(cotangent.cols()));
-  }
-  Buffer<float> cot(B_);
-  for (int n = 0; n < B_; ++n)
-    cot(n) = cotangent(n, 0);
+void CostModelNet::run_ones_pass() {
+  // With a cotangent of ones (and no loss term), the recorded output gradients are
+  // ∂p_n/∂(layer output).
+  Buffer<float> ones(B_);
+  ones.fill(1.0f);
   kernels::cost_model_train(pipeline_->pipeline_features, schedule_features_,
-                            kernel_weights(weights_view_), num_cores_, runtimes_, cot, 0.0f, 0.0f,
+                            kernel_weights(weights_view_), num_cores_, runtimes_, ones, 0.0f, 0.0f,
                             out_, device_);
-  if (!have_activations_) {
-    // The activations do not depend on the cotangent; any pass records them.
-    to_host(out_.head2_input);
-    to_host(out_.conv1_input);
-    records_[1].inputs = example_major(out_.head2_input);
-    records_[2].inputs = example_major(out_.conv1_input);
-    const kfac::Params &p = *params_;
-    const kfac::Matrix h2pre = (records_[1].inputs * p[2]).rowwise() + p[3].row(0);
-    h2_mask_ = (h2pre.array() > 0.0f).cast<float>().matrix();
-    have_activations_ = true;
-  }
-}
-
-void CostModelNet::ensure_ones_pass() {
-  if (have_ones_pass_)
-    return;
-  // With a cotangent of ones, the recorded output gradients are ∂p_n/∂(layer output).
-  run_kernel(kfac::Matrix::Ones(B_, 1));
-  to_host(out_.head2_out_grad);
-  to_host(out_.conv1_out_grad);
-  to_host(out_.head1_out_grad);
+  for (Buffer<float> *b : {&out_.predictions, &out_.head2_input, &out_.conv1_input,
+                           &out_.head2_out_grad, &out_.conv1_out_grad, &out_.head1_out_grad})
+    to_host(*b);
+  records_[1].inputs = example_major(out_.head2_input);
+  records_[2].inputs = example_major(out_.conv1_input);
   ones_head2_ = example_major(out_.head2_out_grad);
   dp_dc1_ = example_major(out_.conv1_out_grad);
 
@@ -173,7 +154,6 @@ void CostModelNet::ensure_ones_pass() {
     std::memcpy(ones_head1_.row(n).data(), w.data(), sizeof(float) * w.size());
     ones_head1_.row(n).tail(kHead1Channels) = g.colwise().sum();
   }
-  have_ones_pass_ = true;
 }
 
 kfac::Matrix CostModelNet::forward(const kfac::Params &params, const kfac::Batch &batch) {
@@ -212,9 +192,7 @@ kfac::Matrix CostModelNet::forward(const kfac::Params &params, const kfac::Batch
   // training kernel's predictions make the inference kernel's call redundant. (A forward at a
   // candidate point only, for rho, pays for records it does not use; that is one step in
   // damping_adaptation_interval.)
-  have_activations_ = have_ones_pass_ = false;
-  ensure_ones_pass();
-  to_host(out_.predictions);
+  run_ones_pass();
   kfac::Matrix predictions(B_, 1);
   for (int n = 0; n < B_; ++n)
     predictions(n, 0) = out_.predictions(n);
@@ -230,8 +208,7 @@ kfac::Params CostModelNet::backward(const kfac::Matrix &output_cotangent) {
                 std::to_string(output_cotangent.cols()));
   }
   // Each schedule's output is one scalar, so every backward pass is the ones pass scaled per
-  // example: the optimizer's gradient and curvature passes share one kernel run.
-  ensure_ones_pass();
+  // example: the optimizer's gradient and curvature passes share forward's kernel run.
   auto scale_rows = [&](const kfac::Matrix &per_stage) {
     kfac::Matrix m = per_stage;
     for (int n = 0; n < B_; ++n)
@@ -259,14 +236,15 @@ kfac::Matrix CostModelNet::jvp(const kfac::Params &t) {
   if (!params_)
     throw Error("CostModelNet::jvp: call forward first");
   kfac::check_same_shapes(t, *params_, "CostModelNet::jvp tangent");
-  ensure_ones_pass();
   const kfac::Params &p = *params_;
   const Eigen::Map<const kfac::Matrix> pf(pipeline_->pipeline_features.data(), T_, kGrid);
   const kfac::Matrix slope = sigmoid_slope(p[0]);
   // Tangent of the per-stage algorithm embedding, then of the whole 32-wide embedding.
   const kfac::Matrix d_algo = (pf * slope.cwiseProduct(t[0])).rowwise() + t[1].row(0);
-  const kfac::Matrix d_h2 =
-      h2_mask_.cwiseProduct(kfac::Matrix((records_[1].inputs * t[2]).rowwise() + t[3].row(0)));
+  // head2's ReLU passes the tangent where its pre-activation is positive.
+  const kfac::Matrix h2pre = (records_[1].inputs * p[2]).rowwise() + p[3].row(0);
+  const kfac::Matrix d_h2 = (h2pre.array() > 0.0f).cast<float>().matrix().cwiseProduct(
+      kfac::Matrix((records_[1].inputs * t[2]).rowwise() + t[3].row(0)));
   kfac::Matrix d_emb(static_cast<Eigen::Index>(B_) * T_, kConv1Channels);
   for (int n = 0; n < B_; ++n)
     d_emb.block(static_cast<Eigen::Index>(n) * T_, 0, T_, kHead1Channels) = d_algo;

@@ -55,8 +55,9 @@ public:
 private:
   // (F, batch, stages) kernel output -> (batch·stages) x F with row n·T + s.
   kfac::Matrix example_major(const Buffer<float> &b) const;
-  void run_kernel(const kfac::Matrix &cotangent);
-  void ensure_ones_pass();
+  // The training kernel with a cotangent of ones: predictions, activations and the ones_*
+  // members below.
+  void run_ones_pass();
 
   const TrainingData &data_;
   int num_cores_;
@@ -72,12 +73,10 @@ private:
   int B_ = 0, T_ = 0;
   Weights weights_view_;
   kernels::CostModelTrainOutputs out_;
-  bool have_activations_ = false, have_ones_pass_ = false;
   // The ones pass: ∂p_n / ∂(layer output) for every schedule n.
-  kfac::Matrix dp_dc1_;      // (B·T) x 32: conv1 pre-activation
-  kfac::Matrix ones_head2_;  // (B·T) x 24: head2 pre-activation
-  kfac::Matrix ones_head1_;  // B x 2248: head1's per-example parameter gradients
-  kfac::Matrix h2_mask_;     // (B·T) x 24: 1 where head2's pre-activation is positive
+  kfac::Matrix dp_dc1_;     // (B·T) x 32: conv1 pre-activation
+  kfac::Matrix ones_head2_; // (B·T) x 24: head2 pre-activation
+  kfac::Matrix ones_head1_; // B x 2248: head1's per-example parameter gradients
 };
 
 } // namespace hkfac::cost_model
