@@ -36,6 +36,12 @@ ABSL_FLAG(std::string, optimizer, "kfac", "kfac | adam | sgd");
 ABSL_FLAG(std::string, estimation_mode, "fisher_gradients", "K-FAC curvature estimation mode");
 ABSL_FLAG(bool, use_adaptive_damping, false,
           "K-FAC: Levenberg-Marquardt damping from the reduction ratio rho");
+ABSL_FLAG(bool, use_adaptive_learning_rate, false,
+          "K-FAC: learning rate from the quadratic model each step (--learning_rate is ignored)");
+ABSL_FLAG(bool, use_adaptive_momentum, false,
+          "K-FAC: momentum from the quadratic model too (needs --use_adaptive_learning_rate; "
+          "--momentum is ignored)");
+ABSL_FLAG(int, curvature_update_period, 1, "K-FAC: steps between curvature (factor) updates");
 ABSL_FLAG(double, norm_constraint, 0.0, "K-FAC: bound on lr^2 <u, g> (0 = no constraint)");
 ABSL_FLAG(int, inverse_update_period, 5, "K-FAC: steps between factor inverse updates");
 ABSL_FLAG(int, log_every, 10, "Print progress every this many steps");
@@ -138,13 +144,18 @@ int run() {
     o.use_adaptive_damping = absl::GetFlag(FLAGS_use_adaptive_damping);
     o.initial_damping = damping; // adaptive damping starts from --damping
     o.inverse_update_period = absl::GetFlag(FLAGS_inverse_update_period);
+    o.curvature_update_period = absl::GetFlag(FLAGS_curvature_update_period);
+    o.use_adaptive_learning_rate = absl::GetFlag(FLAGS_use_adaptive_learning_rate);
+    o.use_adaptive_momentum = absl::GetFlag(FLAGS_use_adaptive_momentum);
     if (absl::GetFlag(FLAGS_norm_constraint) > 0) {
       o.norm_constraint = absl::GetFlag(FLAGS_norm_constraint);
     }
     hkfac::kfac::Optimizer opt(model, value, o);
     hkfac::kfac::StepValues v;
-    v.learning_rate = lr;
-    v.momentum = momentum;
+    if (!o.use_adaptive_learning_rate)
+      v.learning_rate = lr;
+    if (!o.use_adaptive_momentum)
+      v.momentum = momentum;
     if (!o.use_adaptive_damping)
       v.damping = damping;
     for (int s = 0; s < steps; ++s) {
@@ -155,12 +166,12 @@ int run() {
         char rho[16] = "     -"; // computed only where adaptive damping needs it
         if (!std::isnan(st.rho))
           std::snprintf(rho, sizeof rho, "%+.3f", st.rho);
-        std::printf("step %4d  loss %.5f  rho %s  damping %.2e  |update| %.3e  %6.2fs "
-                    "(fwd/bwd %.3f, curv %.3f, inv %.3f, precond %.3f)%s\n",
-                    s, st.loss, rho, st.damping, st.update_norm, elapsed(),
-                    st.timings.forward_backward_s, st.timings.curvature_update_s,
-                    st.timings.inverse_s, st.timings.precondition_s,
-                    st.rejected ? "  [rejected]" : "");
+        std::printf(
+            "step %4d  loss %.5f  rho %s  damping %.2e  lr %.2e  mom %.2f  |update| %.3e  %6.2fs "
+            "(fwd/bwd %.3f, curv %.3f, inv %.3f, precond %.3f)%s\n",
+            s, st.loss, rho, st.damping, st.learning_rate, st.momentum, st.update_norm, elapsed(),
+            st.timings.forward_backward_s, st.timings.curvature_update_s, st.timings.inverse_s,
+            st.timings.precondition_s, st.rejected ? "  [rejected]" : "");
       }
       if (max_seconds > 0 && elapsed() > max_seconds)
         break;

@@ -235,7 +235,7 @@ def main():
         matplotlib.use("Agg")
         import matplotlib.pyplot as plt
     except ImportError:
-        print("matplotlib missing (apt-get install python3-matplotlib): no plot")
+        print("matplotlib missing (scripts/setup --bench installs it): no plot")
         return
     fig, axes = plt.subplots(1, 3, figsize=(16, 4.5))
     for name, rows in results.items():
