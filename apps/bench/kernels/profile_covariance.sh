@@ -1,0 +1,22 @@
+#!/usr/bin/env bash
+# Halide's profiler on the covariance update: where a d x d update from n rows spends its time
+# (tile-pair products, write-back, strip). Builds the generator's CPU variant with `-profile`
+# into a scratch directory and runs a driver that repeats the in-place update; the report is
+# printed when the driver exits. Usage: profile_covariance.sh [D [N [REPS]]] (needs ./build).
+set -euo pipefail
+root="$(cd "$(dirname "$0")/../../.." && pwd)"
+gen="$root/build/generators/hkfac_gen_covariance"
+[[ -x "$gen" ]] || { echo "profile_covariance: $gen missing; run scripts/build first" >&2; exit 1; }
+# The kernels' target (cmake/HkfacHostTarget.cmake): the host's, minus the feature Halide 14
+# mis-detects on AMD Zen 4.
+target=host
+if host=$(/usr/lib/x86_64-linux-gnu/halide14/get_host_target 2>/dev/null); then
+  target=${host//-avx512_sapphirerapids/}
+fi
+work=$(mktemp -d)
+trap 'rm -rf "$work"' EXIT
+"$gen" -g hkfac_covariance_update -o "$work" -f cov -e static_library,h "target=$target-profile"
+g++ -O2 -std=c++17 -I/usr/include/halide14 -I"$work" \
+  "$root/apps/bench/kernels/profile_covariance_driver.cpp" "$work/cov.a" -o "$work/driver" \
+  -lpthread -ldl
+"$work/driver" "${1:-1001}" "${2:-128}" "${3:-300}"
