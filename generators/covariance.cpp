@@ -26,8 +26,10 @@ constexpr int kTile = 32;
 //    row, written down the strip and mirrored along the rows (x * 1 is exact, so the two agree).
 //
 // Each tile pair is written to C right after it is computed, from a stack buffer: no temporary
-// of size O(d²) or O(nd) exists (fresh pages cost ~10 µs each on the VMs this runs on, more than
-// the arithmetic), only the strip, d x (< kTile).
+// of size O(d²) exists (fresh pages cost ~10 µs each on the VMs this runs on, more than the
+// arithmetic). The temporaries are the strip, d x (< kTile), and on the CPU X packed by column
+// tiles, n x c0: glibc serves a block of a size it has just unmapped from its heap from then on
+// (its mmap threshold adapts), so repeated updates of one shape fault its pages in only once.
 class CovarianceUpdate : public Generator<CovarianceUpdate> {
 public:
   // Halide infers bounds for the tile stage even when it has no tiles, and a tile would overhang a
@@ -70,8 +72,8 @@ public:
   }
 
 private:
-  Var i{"i"}, j{"j"}, c{"c"}, ii{"ii"}, jj{"jj"}, k_{"k_"}, q{"q"};
-  Func row_panel{"row_panel"}, col_panel{"col_panel"}, gram{"gram"}, edge{"edge"};
+  Var i{"i"}, j{"j"}, c{"c"}, ii{"ii"}, jj{"jj"}, k_{"k_"}, q{"q"}, t{"t"};
+  Func xpack{"xpack"}, row_panel{"row_panel"}, col_panel{"col_panel"}, gram{"gram"}, edge{"edge"};
   Func edge_ones{"edge_ones"}, col_sum{"col_sum"};
   Expr d, dx, n;
   RDom k, tiles, strip_cols, strip_rows, all, ones_col, ones_row;
@@ -91,8 +93,11 @@ private:
 
     // Tile pairs: q -> (ti, tj), ti <= tj, with q = tj (tj + 1) / 2 + ti.
     auto [ti, tj] = tile_pair(q, nt);
-    row_panel(ii, k_, q) = x(ti * kTile + ii, k_);
-    col_panel(jj, k_, q) = x(tj * kTile + jj, k_);
+    // X by column tiles: xpack(ii, k, t) = X(t*T + ii, k). On the CPU it is packed once per call
+    // so that every tile pair streams two contiguous panels; on the GPU it stays inline.
+    xpack(ii, k_, t) = x(t * kTile + ii, k_);
+    row_panel(ii, k_, q) = xpack(ii, k_, ti);
+    col_panel(jj, k_, q) = xpack(jj, k_, tj);
     gram(jj, ii, q) = 0.0f;
     gram(jj, ii, q) += row_panel(ii, k, q) * col_panel(jj, k, q);
 
@@ -192,6 +197,11 @@ private:
         .unroll(ji)
         .unroll(iin);
     gram.compute_at(tile, jo).vectorize(jj, vec).unroll(jj).unroll(ii);
+    // The panels, packed once per call (d x n floats): read in place, each pair's two panels are
+    // 128 bytes from each of n rows a page apart, which the L2 prefetcher does not follow; packed,
+    // the tile products ran ~1.8x faster at d=1001, n=1000 (apps/bench/kernels/
+    // profile_covariance.sh). Packing per pair instead repeats the copy for every pair.
+    xpack.compute_root().bound(ii, 0, kTile).vectorize(ii, vec).parallel(t);
     gram.update().reorder(jj, ii, k).vectorize(jj, vec).unroll(jj).unroll(ii);
     // The strip is under kTile columns wide (often just the ones column): for each strip column
     // a block of 2 vectors of rows accumulates in registers while k streams past; blocks of rows
