@@ -197,9 +197,9 @@ private:
         .unroll(ji)
         .unroll(iin);
     gram.compute_at(tile, jo).vectorize(jj, vec).unroll(jj).unroll(ii);
-    // The panels, packed once per call (d x n floats): read in place, each pair's two panels are
+    // The panels, packed once per call (c0 x n floats): read in place, each pair's two panels are
     // 128 bytes from each of n rows a page apart, which the L2 prefetcher does not follow; packed,
-    // the tile products ran ~1.8x faster at d=1001, n=1000 (apps/bench/kernels/
+    // the tile products ran 1.6-1.8x faster at d=1001, n=1000 (apps/bench/kernels/
     // profile_covariance.sh). Packing per pair instead repeats the copy for every pair.
     xpack.compute_root().bound(ii, 0, kTile).vectorize(ii, vec).parallel(t);
     gram.update().reorder(jj, ii, k).vectorize(jj, vec).unroll(jj).unroll(ii);

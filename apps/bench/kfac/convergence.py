@@ -6,9 +6,9 @@ run after another in this session.
 
 K-FAC runs with the flags of --kfac-flags: by default the quadratic model's learning rate and
 momentum, adaptive damping, and batch 256 (much of a K-FAC step's cost, the preconditioning and
-the inverses, does not grow with the batch, so it pays to feed it more examples per step). So that the batch size alone cannot explain
-a difference, the best Adam rate is also run at each of --adam-extra-batches, and the target is
-the best final loss of all Adam runs.
+the inverses, does not grow with the batch, so it pays to feed it more examples per step). So
+that the batch size alone cannot explain a difference, the best Adam rate is also run at each of
+--adam-extra-batches, and the target is the best final loss of all Adam runs.
 
 Each run logs its mini-batch objective per step. Curves are compared after a running median
 over --smooth steps. The target is the best Adam run's smoothed loss at the end of the budget;
