@@ -17,3 +17,5 @@ if (HKFAC_GET_HOST_TARGET)
   endif ()
 endif ()
 message(STATUS "hkfac: Halide host target ${HKFAC_HOST_TARGET}")
+# For scripts that run a generator by hand (apps/bench/kernels/profile_covariance.sh).
+file(WRITE "${CMAKE_BINARY_DIR}/hkfac_host_target.txt" "${HKFAC_HOST_TARGET}\n")

@@ -7,12 +7,13 @@ set -euo pipefail
 root="$(cd "$(dirname "$0")/../../.." && pwd)"
 gen="$root/build/generators/hkfac_gen_covariance"
 [[ -x "$gen" ]] || { echo "profile_covariance: $gen missing; run scripts/build first" >&2; exit 1; }
-# The kernels' target (cmake/HkfacHostTarget.cmake): the host's, minus the feature Halide 14
-# mis-detects on AMD Zen 4.
-target=host
-if host=$(/usr/lib/x86_64-linux-gnu/halide14/get_host_target 2>/dev/null); then
-  target=${host//-avx512_sapphirerapids/}
+# The kernels' own target, as cmake/HkfacHostTarget.cmake chose it.
+target_file="$root/build/hkfac_host_target.txt"
+if [[ ! -f "$target_file" ]]; then
+  echo "profile_covariance: $target_file missing; rerun scripts/build" >&2
+  exit 1
 fi
+target=$(<"$target_file")
 work=$(mktemp -d)
 trap 'rm -rf "$work"' EXIT
 "$gen" -g hkfac_covariance_update -o "$work" -f cov -e static_library,h "target=$target-profile"
