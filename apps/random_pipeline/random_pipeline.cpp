@@ -58,6 +58,12 @@ Val convert(const Val &v, Type t, bool wrap = false) {
   if (wrap && !from.is_float()) {
     return {cast(t, v.e), full_range(t)};
   }
+  if (whole.lo > type_max(t) || whole.hi < type_min(t)) {
+    // Saturating a range that lies wholly outside t would give a constant, and every stage before
+    // it would be dead code (seed 454 once compiled to a constant output). Shift the range to
+    // start at zero first, as a hand-written pipeline rescales before narrowing.
+    return convert({v.e - constant(from, whole.lo), {0, whole.hi - whole.lo}}, t, wrap);
+  }
   double lo = std::max(type_min(t), whole.lo);
   double hi = std::min(type_max(t), whole.hi);
   if (from.is_float()) {
@@ -244,6 +250,7 @@ public:
     }
     for (auto *out : outputs_) {
       out->set_estimates({{0, static_cast<int>(width)}, {0, static_cast<int>(height)}, {0, 3}});
+      out->dim(2).set_bounds(0, 3);
     }
   }
 
@@ -456,7 +463,13 @@ private:
     ++pool_[b_index].uses;
     const Node b = at_scale(pool_[b_index], a.scale);
     Type t = common_type(a.type(), b.type());
-    const BinOp op = static_cast<BinOp>(rng_.below(6));
+    BinOp op = static_cast<BinOp>(rng_.below(6));
+    if ((op == BinOp::Sub || op == BinOp::Absd) && a.f.name() == b.f.name()) {
+      // a - a is zero: the simplifier would leave a stage nobody reads, which no hand-written
+      // pipeline has and which makes Mullapudi2016 fail an internal map lookup. Changing the op
+      // without a new draw keeps every other seed's pipeline as it was.
+      op = BinOp::Add;
+    }
     Val va = convert(here(a), t), vb = convert(here(b), t);
     if (!t.is_float() && !fits(op_range(op, va.r, vb.r), t) && rng_.chance(60)) {
       // Widen as a hand-written pipeline would (u8 + u8 in u16), instead of letting it wrap.
