@@ -168,10 +168,10 @@ int run() {
           std::snprintf(rho, sizeof rho, "%+.3f", st.rho);
         std::printf(
             "step %4d  loss %.5f  rho %s  damping %.2e  lr %.2e  mom %.2f  |update| %.3e  %6.2fs "
-            "(fwd/bwd %.3f, curv %.3f, inv %.3f, precond %.3f)%s\n",
+            "(fwd/bwd %.3f, curv %.3f, inv %.3f, precond %.3f, update %.3f)%s\n",
             s, st.loss, rho, st.damping, st.learning_rate, st.momentum, st.update_norm, elapsed(),
             st.timings.forward_backward_s, st.timings.curvature_update_s, st.timings.inverse_s,
-            st.timings.precondition_s, st.rejected ? "  [rejected]" : "");
+            st.timings.precondition_s, st.timings.update_s, st.rejected ? "  [rejected]" : "");
       }
       if (max_seconds > 0 && elapsed() > max_seconds)
         break;

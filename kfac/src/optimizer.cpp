@@ -6,6 +6,7 @@
 #include <chrono>
 #include <cmath>
 #include <limits>
+#include <optional>
 
 #include "hkfac/error.h"
 
@@ -296,7 +297,11 @@ StepStats Optimizer::step(Params &params, const std::function<Batch()> &next_bat
            inv_batch;
   };
 
+  t = Clock::now();
   Params delta;
+  // J u and J v from the quadratic model: rho's J Δ is their combination (J is linear), which
+  // saves a Jacobian-vector product on every damping adaptation.
+  std::optional<Matrix> delta_jvp;
   if (options_.use_adaptive_learning_rate) {
     // Minimise q(α, β) = ½ [α β] M [α β]ᵀ + [gᵀu gᵀv] [α β]ᵀ with M_ab = aᵀ(C + γI)b over
     // Δ = α u + β v.
@@ -304,8 +309,9 @@ StepStats Optimizer::step(Params &params, const std::function<Batch()> &next_bat
     const double muu = curvature_form(ju, ju) + gamma * squared_norm(u);
     const double bu = dot(g, u);
     double alpha = -bu / muu, beta = 0.0;
+    Matrix jv;
     if (step_ > 0) {
-      const Matrix jv = model_.jvp(velocity_);
+      jv = model_.jvp(velocity_);
       const double muv = curvature_form(ju, jv) + gamma * dot(u, velocity_);
       const double mvv = curvature_form(jv, jv) + gamma * squared_norm(velocity_);
       const double bv = dot(g, velocity_);
@@ -325,6 +331,9 @@ StepStats Optimizer::step(Params &params, const std::function<Batch()> &next_bat
     delta = zeros_like(params);
     axpy(static_cast<float>(alpha), u, delta);
     axpy(static_cast<float>(beta), velocity_, delta);
+    delta_jvp = static_cast<float>(alpha) * ju;
+    if (beta != 0.0)
+      *delta_jvp += static_cast<float>(beta) * jv;
   } else {
     if (options_.norm_constraint) {
       const double s = r.learning_rate * r.learning_rate * dot(u, g);
@@ -339,25 +348,31 @@ StepStats Optimizer::step(Params &params, const std::function<Batch()> &next_bat
   st.learning_rate = r.learning_rate;
   st.momentum = r.momentum;
   st.damping = r.damping;
-  if (!all_finite(delta))
+  if (!all_finite(delta)) {
+    st.timings.update_s = seconds_since(t);
     return reject();
+  }
 
   Params candidate = params;
   axpy(1.0f, delta, candidate);
-  if (!all_finite(candidate))
+  if (!all_finite(candidate)) {
+    st.timings.update_s = seconds_since(t);
     return reject();
+  }
   const bool adapt_damping =
       options_.use_adaptive_damping && (step_ + 1) % options_.damping_adaptation_interval == 0;
   st.rho = std::numeric_limits<double>::quiet_NaN();
   if (adapt_damping || options_.always_compute_rho) {
     // rho on this batch: actual change over the quadratic model's predicted change.
-    const Matrix jd = model_.jvp(delta);
+    const Matrix jd = delta_jvp ? std::move(*delta_jvp) : model_.jvp(delta);
     const double predicted =
         dot(g, delta) + 0.5 * (curvature_form(jd, jd) + l2 * squared_norm(delta));
     LossRegistry new_losses;
     const double new_loss = forward(candidate, batch, new_losses, nullptr, true);
-    if (!std::isfinite(new_loss))
+    if (!std::isfinite(new_loss)) {
+      st.timings.update_s = seconds_since(t);
       return reject();
+    }
     st.rho = predicted != 0.0 ? (new_loss - st.loss) / predicted : 0.0;
   }
 
@@ -376,6 +391,7 @@ StepStats Optimizer::step(Params &params, const std::function<Batch()> &next_bat
     }
     damping_ = std::min(std::max(damping_, options_.min_damping), options_.max_damping);
   }
+  st.timings.update_s = seconds_since(t);
   ++step_;
   st.rejected_steps = rejected_steps_;
   st.timings.total_s = seconds_since(start);

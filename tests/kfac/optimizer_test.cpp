@@ -271,6 +271,10 @@ TEST(kfacOptimizer, AdaptiveLearningRateMinimisesTheQuadraticModel) {
       EXPECT_LE(at, opt.evaluate(p, last.back()) + 1e-7) << "step " << s << " factor " << f;
     }
     EXPECT_NEAR(st.rho, 1.0, 0.05);
+    const StepTimings &tm = st.timings;
+    EXPECT_GT(tm.update_s, 0.0);
+    EXPECT_GE(tm.total_s, tm.forward_backward_s + tm.curvature_update_s + tm.inverse_s +
+                              tm.precondition_s + tm.update_s);
   }
 }
 

@@ -4,11 +4,12 @@ wall-clock budget, K-FAC vs Adam at each learning rate in the same binary (apps/
 plus PyTorch Adam (Debian's python3-torch) on the identical model and data at the best rate, one
 run after another in this session.
 
-K-FAC runs with the flags of --kfac-flags: by default the quadratic model's learning rate and
-momentum, adaptive damping, and batch 256 (much of a K-FAC step's cost, the preconditioning and
-the inverses, does not grow with the batch, so it pays to feed it more examples per step). So
-that the batch size alone cannot explain a difference, the best Adam rate is also run at each of
---adam-extra-batches, and the target is the best final loss of all Adam runs.
+K-FAC runs with the flags of --kfac-flags: by default apps/autoencoder/kfac_tuned.flags (shared
+with the demo), the quadratic model's learning rate and momentum, adaptive damping, and batch 256
+(much of a K-FAC step's cost, the preconditioning and the inverses, does not grow with the batch,
+so it pays to feed it more examples per step). So that the batch size alone cannot explain a
+difference, the best Adam rate is also run at each of --adam-extra-batches, and the target is the
+best final loss of all Adam runs.
 
 Each run logs its mini-batch objective per step. Curves are compared after a running median
 over --smooth steps. The target is the best Adam run's smoothed loss at the end of the budget;
@@ -25,6 +26,8 @@ import os
 import statistics
 import subprocess
 import sys
+
+REPO = os.path.abspath(os.path.join(os.path.dirname(__file__), "..", "..", ".."))
 
 
 def read_curve(path):
@@ -113,10 +116,9 @@ def main():
     p.add_argument("--budget", type=float, default=600, help="seconds per run")
     p.add_argument("--adam-rates", default="1e-4,3e-4,1e-3,3e-3")
     p.add_argument("--kfac-flags",
-                   default="--use_adaptive_learning_rate --use_adaptive_momentum "
-                   "--use_adaptive_damping --damping=1 --inverse_update_period=20 "
-                   "--curvature_update_period=2 --batch_size=256",
-                   help="extra autoencoder flags for the K-FAC run")
+                   default="--flagfile=" + os.path.join(REPO, "apps/autoencoder/kfac_tuned.flags"),
+                   help="extra autoencoder flags for the K-FAC run (default: the tuned settings "
+                   "that the demo also uses)")
     p.add_argument("--adam-extra-batches", default="256",
                    help="batch sizes (besides 128) at which the best Adam rate also runs")
     p.add_argument("--smooth", type=int, default=50, help="running-median window, steps")

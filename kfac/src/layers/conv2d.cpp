@@ -141,8 +141,10 @@ Matrix Conv2D::backward(const Matrix *params, const Matrix &dy, Matrix *grads, T
 
 Matrix Conv2D::jvp(const Matrix *params, const Matrix *tangents, const Matrix &dx) {
   Matrix ds;
-  ops::gemm(ds, im2col(dx), false, params[0], false);
-  ops::gemm(ds, patches_, false, tangents[0], false, 1.0f, 1.0f);
+  const bool dx_zero = dx.isZero(0.0f); // the first layer's: see Dense::jvp
+  if (!dx_zero)
+    ops::gemm(ds, im2col(dx), false, params[0], false);
+  ops::gemm(ds, patches_, false, tangents[0], false, 1.0f, dx_zero ? 0.0f : 1.0f);
   if (use_bias_)
     ds.rowwise() += tangents[1].row(0);
   if (act_ != Activation::identity) {

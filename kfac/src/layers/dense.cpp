@@ -86,10 +86,14 @@ Matrix Dense::backward(const Matrix *params, const Matrix &dy, Matrix *grads, Ta
 }
 
 Matrix Dense::jvp(const Matrix *params, const Matrix *tangents, const Matrix &dx) {
-  // ds = dx W + x dW + db, then through the activation's derivative.
+  // ds = dx W + x dW + db, then through the activation's derivative. The first layer's dx is
+  // zero (its input is data), and its dx W is the largest GEMM of the pass: skip it. isZero
+  // stops at the first nonzero, so the check costs nothing on the other layers.
   Matrix ds;
-  ops::gemm(ds, dx, false, params[0], false);
-  ops::gemm(ds, x_, false, tangents[0], false, 1.0f, 1.0f);
+  const bool dx_zero = dx.isZero(0.0f);
+  if (!dx_zero)
+    ops::gemm(ds, dx, false, params[0], false);
+  ops::gemm(ds, x_, false, tangents[0], false, 1.0f, dx_zero ? 0.0f : 1.0f);
   if (use_bias_)
     ds.rowwise() += tangents[1].row(0);
   if (act_ == Activation::identity)

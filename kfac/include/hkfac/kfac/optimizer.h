@@ -109,6 +109,9 @@ struct StepTimings {
   double curvature_update_s = 0.0;
   double inverse_s = 0.0;
   double precondition_s = 0.0;
+  // Choosing and checking the update: the quadratic model's curvature products (adaptive learning
+  // rate / momentum), rho's second forward pass, and applying Δ.
+  double update_s = 0.0;
   double total_s = 0.0;
 };
 
