@@ -22,13 +22,14 @@ constexpr int kTile = 32;
 //    A diagonal tile is computed whole; its two triangles are the same sums of the same products
 //    in the same order, hence bitwise equal.
 //  * the edge strip, columns [c0, d) (the rest of X plus the ones column): edge(i, c) =
-//    Σ_k X̄(c0 + c, k) X(i, k) for the rows of X and edge_ones(c) = Σ_k X̄(c0 + c, k) for the ones
-//    row, written down the strip and mirrored along the rows (x * 1 is exact, so the two agree).
+//    Σ_k X̄(c0 + c, k) X̄(i, k) for every row i of C, written down the strip and mirrored along
+//    the rows. Where both i and c0 + c lie in the strip, the pair's two entries are the same
+//    products (x * 1 = 1 * x for the ones column) summed by the same code in the same order.
 //
 // Each tile pair is written to C right after it is computed, from a stack buffer: no temporary
 // of size O(d²) exists (fresh pages cost ~10 µs each on the VMs this runs on, more than the
-// arithmetic). The temporaries are the strip, d x (< kTile), and on the CPU X packed by column
-// tiles, n x c0: glibc serves a block of a size it has just unmapped from its heap from then on
+// arithmetic). The temporaries are the strip, d x (< kTile), and on the CPU X̄ packed by column
+// tiles, n x (c0 + kTile): glibc serves a block of a size it has just unmapped from its heap from then on
 // (its mmap threshold adapts), so repeated updates of one shape fault its pages in only once.
 class CovarianceUpdate : public Generator<CovarianceUpdate> {
 public:
@@ -74,7 +75,7 @@ public:
 private:
   Var i{"i"}, j{"j"}, c{"c"}, ii{"ii"}, jj{"jj"}, k_{"k_"}, q{"q"}, t{"t"};
   Func xpack{"xpack"}, row_panel{"row_panel"}, col_panel{"col_panel"}, gram{"gram"}, edge{"edge"};
-  Func edge_ones{"edge_ones"}, col_sum{"col_sum"};
+  Func col_sum{"col_sum"};
   Expr d, dx, n;
   RDom k, tiles, strip_cols, strip_rows, all, ones_col, ones_row;
 
@@ -93,20 +94,22 @@ private:
 
     // Tile pairs: q -> (ti, tj), ti <= tj, with q = tj (tj + 1) / 2 + ti.
     auto [ti, tj] = tile_pair(q, nt);
-    // X by column tiles: xpack(ii, k, t) = X(t*T + ii, k). On the CPU it is packed once per call
-    // so that every tile pair streams two contiguous panels; on the GPU it stays inline.
-    xpack(ii, k_, t) = x(t * kTile + ii, k_);
+    // X̄ by column tiles: xpack(ii, k, t) = X̄(t*T + ii, k), tile nt being the strip's columns
+    // padded with ones. On the CPU it is packed once per call so that every tile pair and the
+    // strip stream contiguous panels; on the GPU it stays inline.
+    Func xbar = BoundaryConditions::constant_exterior(x, 1.0f, {{0, dx}, {0, n}});
+    xpack(ii, k_, t) = xbar(t * kTile + ii, k_);
     row_panel(ii, k_, q) = xpack(ii, k_, ti);
     col_panel(jj, k_, q) = xpack(jj, k_, tj);
     gram(jj, ii, q) = 0.0f;
     gram(jj, ii, q) += row_panel(ii, k, q) * col_panel(jj, k, q);
 
-    // The strip against the rows of X, and against the ones column (its column sums).
-    Func xbar = BoundaryConditions::constant_exterior(x, 1.0f, {{0, dx}, {0, n}});
+    // The strip against every row of X̄, the ones row (its column sums) included. Summed by a
+    // separate Func from packed X, the ones row differed in the last bits from its mirror, the
+    // ones column's entries (the sums' code had changed, not their terms); one Func for both
+    // keeps them equal.
     edge(i, c) = 0.0f;
-    edge(i, c) += xbar(c0 + c, k) * x(i, k);
-    edge_ones(c) = 0.0f;
-    edge_ones(c) += xbar(c0 + c, k);
+    edge(i, c) += xpack(c, k, nt) * xpack(i % kTile, k, i / kTile);
 
     tiles = RDom(0, kTile, 0, kTile, 0, 2, 0, nt * (nt + 1) / 2, "tiles");
     RVar u = tiles[0], v = tiles[1], side = tiles[2], p = tiles[3];
@@ -120,7 +123,7 @@ private:
     strip_cols = RDom(0, d - c0, 0, d, "strip_cols");
     const Expr sx = strip_cols.x, sy = strip_cols.y;
     c_out(c0 + sx, sy) =
-        a * c_in(c0 + sx, sy) + b * select(sy < dx, edge(min(sy, dx - 1), sx), edge_ones(sx));
+        a * c_in(c0 + sx, sy) + b * edge(sy, sx);
     strip_rows = RDom(0, c0, 0, d - c0, "strip_rows");
     c_out(strip_rows.x, c0 + strip_rows.y) =
         a * c_in(strip_rows.x, c0 + strip_rows.y) + b * edge(strip_rows.x, strip_rows.y);
@@ -204,17 +207,17 @@ private:
     xpack.compute_root().bound(ii, 0, kTile).vectorize(ii, vec).parallel(t);
     gram.update().reorder(jj, ii, k).vectorize(jj, vec).unroll(jj).unroll(ii);
     // The strip is under kTile columns wide (often just the ones column): for each strip column
-    // a block of 2 vectors of rows accumulates in registers while k streams past; blocks of rows
-    // go to both cores.
+    // a block of kTile rows (2 vectors with AVX-512) accumulates in registers while k streams
+    // past; blocks of rows go to both cores.
     Var io_edge{"io_edge"};
     edge.compute_root().vectorize(i, vec);
+    // Blocks of rows are the packed tiles, so a block's rows are one contiguous panel.
     edge.update()
-        .split(i, io_edge, i, 2 * vec, TailStrategy::GuardWithIf)
+        .split(i, io_edge, i, kTile, TailStrategy::GuardWithIf)
         .reorder(i, k, c, io_edge)
         .vectorize(i, vec)
         .unroll(i)
         .parallel(io_edge);
-    edge_ones.compute_root();
     c_out.update(1).allow_race_conditions().parallel(strip_cols.y, 32);
     c_out.update(2).allow_race_conditions().vectorize(strip_rows.x, vec);
   }
@@ -256,8 +259,6 @@ private:
     }
     edge.compute_root().gpu_tile(i, c, io, jo, iin, ji, 64, 4, TailStrategy::GuardWithIf);
     edge.update().gpu_tile(i, c, io, jo, iin, ji, 64, 4, TailStrategy::GuardWithIf);
-    edge_ones.compute_root().gpu_tile(c, jo, ji, 32, TailStrategy::GuardWithIf);
-    edge_ones.update().gpu_tile(c, jo, ji, 32, TailStrategy::GuardWithIf);
     c_out.update(1).allow_race_conditions().gpu_tile(strip_cols.x, strip_cols.y, xo, yo, xi, yi, 4,
                                                      64, TailStrategy::GuardWithIf);
     c_out.update(2).allow_race_conditions().gpu_tile(strip_rows.x, strip_rows.y, xo, yo, xi, yi, 64,

@@ -31,16 +31,18 @@ Eigen::MatrixXd reference(const Eigen::MatrixXd &c0, const Eigen::MatrixXd &x, d
   return a * c0 + b * xbar.transpose() * xbar;
 }
 
-// True when every C(i, j) has the same bits as C(j, i).
-bool exactly_symmetric(Buffer<float> &c) {
+// Success when every C(i, j) has the same bits as C(j, i); otherwise names the first pair.
+::testing::AssertionResult exactly_symmetric(Buffer<float> &c) {
   auto m = as_eigen(c);
   for (int i = 0; i < m.rows(); i++) {
     for (int j = 0; j < i; j++) {
-      if (m(i, j) != m(j, i))
-        return false;
+      if (m(i, j) != m(j, i)) {
+        return ::testing::AssertionFailure() << "C(" << i << ", " << j << ") = " << m(i, j)
+                                             << " but C(" << j << ", " << i << ") = " << m(j, i);
+      }
     }
   }
-  return true;
+  return ::testing::AssertionSuccess();
 }
 
 class CovarianceKernels : public ::testing::TestWithParam<Device> {};
