@@ -3,6 +3,7 @@
 
 #include <zlib.h>
 
+#include <algorithm>
 #include <cstdint>
 #include <vector>
 
@@ -63,6 +64,15 @@ hkfac::kfac::Batch Dataset::next_batch(int batch_size) {
   b.inputs.resize(batch_size, dim());
   for (int i = 0; i < batch_size; ++i)
     b.inputs.row(i) = examples_.row(pick(rng_));
+  b.targets = b.inputs;
+  return b;
+}
+
+hkfac::kfac::Batch Dataset::slice(int first, int count) const {
+  first = std::clamp(first, 0, size());
+  count = std::clamp(count, 0, size() - first);
+  hkfac::kfac::Batch b;
+  b.inputs = examples_.middleRows(first, count);
   b.targets = b.inputs;
   return b;
 }

@@ -20,6 +20,8 @@ public:
   int dim() const { return static_cast<int>(examples_.cols()); }
   int size() const { return static_cast<int>(examples_.rows()); }
   hkfac::kfac::Batch next_batch(int batch_size);
+  // Examples [first, first + count) in order (clipped to the pool), for a fixed evaluation set.
+  hkfac::kfac::Batch slice(int first, int count) const;
 
 private:
   hkfac::kfac::Matrix examples_;

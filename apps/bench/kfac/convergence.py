@@ -17,8 +17,10 @@ the result is the first time K-FAC's smoothed loss reaches it, as a fraction of 
 issue's target: at most 1/3). A running median of mini-batch losses still wanders by a unit or
 two, so a curve can touch the target early and rise above it again; the second reading is
 steadier: the mean loss over a trailing window of --window seconds, the best Adam run's last
-window against the first of K-FAC's windows to match it. Writes OUT/curves.png (matplotlib) and
-prints a markdown table. --reuse reads the CSVs of runs already in OUT instead of repeating them.
+window against the first of K-FAC's windows to match it. The third reading has no mini-batch
+noise at all: every --eval-every seconds of training each run stops its clock and evaluates the
+objective on the same --eval-examples training images; the best Adam run's last evaluation is
+the target. Writes OUT/curves.png (matplotlib) and prints markdown tables. --reuse reads the CSVs of runs already in OUT instead of repeating them.
 """
 import argparse
 import csv
@@ -77,6 +79,48 @@ def first_time_at_or_below(curve, target):
     return None
 
 
+def eval_flags(args, name):
+    """The flags (same names in the app and the PyTorch script) of the fixed-set evaluation."""
+    if args.eval_every <= 0:
+        return []
+    return [f"--eval_every_seconds={args.eval_every}", f"--eval_examples={args.eval_examples}",
+            f"--eval_csv={os.path.join(args.out, name + '_eval.csv')}"]
+
+
+def read_evals(args, name):
+    path = os.path.join(args.out, name + "_eval.csv")
+    return read_curve(path) if os.path.exists(path) else None
+
+
+def report_evals(args, evals, adam_runs):
+    """The fixed-set reading: each run's objective on the same images, free of mini-batch noise.
+    Returns the best Adam run's final objective (the target), or None without evaluations."""
+    if "hkfac K-FAC" not in evals or not adam_runs:
+        return None
+    best = min(adam_runs, key=lambda k: evals[k][-1][2])
+    target = evals[best][-1][2]
+    third = args.budget / 3
+    print()
+    print(f"Objective on the first {args.eval_examples} training images, every "
+          f"{args.eval_every:.0f} s of training (clock stopped while evaluating):")
+    print()
+    print(f"| run | at {third:.0f} s | final | first evaluation at or below {target:.2f} |")
+    print("|---|---:|---:|---:|")
+    for name, ev in evals.items():
+        hit = first_time_at_or_below(ev, target)
+        reach = f"{hit[1]:.0f} s (step {hit[0]})" if hit else "not reached"
+        print(f"| {name} | {loss_at(ev, third):.2f} | {ev[-1][2]:.2f} | {reach} |")
+    hit = first_time_at_or_below(evals["hkfac K-FAC"], target)
+    print()
+    if hit:
+        print(f"Fixed set: K-FAC first evaluates at or below {best}'s final {target:.2f} at "
+              f"{hit[1]:.0f} s: {hit[1] / args.budget:.2f} of the budget (target <= 0.33; "
+              f"evaluations are {args.eval_every:.0f} s apart)")
+    else:
+        print(f"Fixed set: K-FAC never reaches {best}'s final {target:.2f}")
+    return target
+
+
 def run_app(args, name, flags):
     out_csv = os.path.join(args.out, f"{name}.csv")
     if args.reuse and os.path.exists(out_csv):
@@ -84,7 +128,8 @@ def run_app(args, name, flags):
         return read_curve(out_csv)
     cmd = [os.path.join(args.build, "apps/autoencoder/autoencoder"), "--data=fashion_mnist",
            f"--max_seconds={args.budget}", "--training_steps=100000000", "--log_every=200",
-           f"--csv={out_csv}", f"--png={os.path.join(args.out, name + '.png')}"] + flags
+           f"--csv={out_csv}", f"--png={os.path.join(args.out, name + '.png')}"] + flags + \
+        eval_flags(args, name)
     print(f"  {name}: {' '.join(cmd[1:])}", flush=True)
     with open(os.path.join(args.out, f"{name}.log"), "w") as log:
         if subprocess.run(cmd, stdout=log, stderr=subprocess.STDOUT).returncode != 0:
@@ -99,7 +144,7 @@ def run_torch(args, rate):
         return read_curve(out_csv)
     script = os.path.join(os.path.dirname(os.path.abspath(__file__)), "torch_autoencoder.py")
     cmd = [args.python, script, f"--learning_rate={rate}", f"--max_seconds={args.budget}",
-           f"--csv={out_csv}"]
+           f"--csv={out_csv}"] + eval_flags(args, f"torch_adam_{rate}")
     print(f"  torch adam {rate}", flush=True)
     proc = subprocess.run(cmd, capture_output=True, text=True)
     if proc.returncode != 0:
@@ -127,15 +172,21 @@ def main():
     p.add_argument("--window", type=float, default=0,
                    help="trailing-mean window, seconds (default: a tenth of the budget)")
     p.add_argument("--reuse", action="store_true", help="read runs whose CSV is already in OUT")
+    p.add_argument("--eval-every", type=float, default=10,
+                   help="seconds of training between fixed-set evaluations (0: none)")
+    p.add_argument("--eval-examples", type=int, default=10000,
+                   help="the fixed set: this many first training images")
     args = p.parse_args()
     os.makedirs(args.out, exist_ok=True)
     print(f"convergence: Fashion-MNIST autoencoder, {args.budget:.0f} s per run", flush=True)
 
     curves = {"hkfac K-FAC": run_app(args, "kfac", ["--optimizer=kfac"] + args.kfac_flags.split())}
+    files = {"hkfac K-FAC": "kfac"}  # each run's file name in OUT
     adam = {}
     for rate in args.adam_rates.split(","):
         adam[rate] = run_app(args, f"adam_{rate}", ["--optimizer=adam", f"--learning_rate={rate}"])
         curves[f"hkfac Adam {rate}"] = adam[rate]
+        files[f"hkfac Adam {rate}"] = f"adam_{rate}"
     smoothed = {k: smooth(v, args.smooth) for k, v in curves.items()}
     best_rate = min(adam, key=lambda r: smoothed[f"hkfac Adam {r}"][-1][2])
     adam_runs = [f"hkfac Adam {r}" for r in adam]
@@ -145,6 +196,7 @@ def main():
                                ["--optimizer=adam", f"--learning_rate={best_rate}",
                                 f"--batch_size={batch}"])
         smoothed[name] = smooth(curves[name], args.smooth)
+        files[name] = f"adam_{best_rate}_b{batch}"
         adam_runs.append(name)
     best_adam = min(adam_runs, key=lambda k: smoothed[k][-1][2])
     if not args.no_torch:
@@ -152,6 +204,7 @@ def main():
         if torch_curve:
             curves[f"PyTorch Adam {best_rate}"] = torch_curve
             smoothed[f"PyTorch Adam {best_rate}"] = smooth(torch_curve, args.smooth)
+            files[f"PyTorch Adam {best_rate}"] = f"torch_adam_{best_rate}"
 
     target = smoothed[best_adam][-1][2]
     width = args.window or args.budget / 10
@@ -188,6 +241,9 @@ def main():
     else:
         print(f"Trailing {width:.0f}-s means: K-FAC never reaches {best_mean_run}'s last "
               f"({mean_target:.2f})")
+    evals = {k: read_evals(args, f) for k, f in files.items()}
+    evals = {k: v for k, v in evals.items() if v}
+    eval_target = report_evals(args, evals, [k for k in adam_runs if k in evals])
     try:
         import matplotlib
         matplotlib.use("Agg")
@@ -195,7 +251,7 @@ def main():
     except ImportError:
         print("matplotlib missing (scripts/setup --bench installs it): no plot")
         return
-    fig, axes = plt.subplots(1, 2, figsize=(13, 4.5))
+    fig, axes = plt.subplots(1, 3 if evals else 2, figsize=(19 if evals else 13, 4.5))
     for name, sc in smoothed.items():
         axes[0].plot([c[1] for c in sc], [c[2] for c in sc], label=name)
         axes[1].plot([c[0] for c in sc], [c[2] for c in sc], label=name)
@@ -204,9 +260,19 @@ def main():
     axes[0].set(xlabel="seconds", ylabel=f"training loss (running median of {args.smooth})",
                 ylim=(lowest - 2, target + 30))
     axes[1].set(xlabel="step", ylabel="training loss", yscale="log", xscale="log")
+    for a in axes[:2]:
+        a.axhline(target, color="gray", lw=0.8, ls="--")
+    if evals:
+        for name, ev in evals.items():
+            axes[2].plot([c[1] for c in ev], [c[2] for c in ev], label=name, marker=".", ms=3)
+        lowest = min(c[2] for ev in evals.values() for c in ev)
+        axes[2].set(xlabel="seconds of training",
+                    ylabel=f"objective on the first {args.eval_examples} images",
+                    ylim=(lowest - 2, (eval_target or lowest) + 30))
+        if eval_target:
+            axes[2].axhline(eval_target, color="gray", lw=0.8, ls="--")
     for a in axes:
         a.grid(alpha=0.3)
-        a.axhline(target, color="gray", lw=0.8, ls="--")
     axes[0].legend(fontsize=8)
     fig.suptitle(f"Fashion-MNIST autoencoder, {args.budget:.0f} s per run")
     fig.tight_layout()

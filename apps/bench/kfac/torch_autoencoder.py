@@ -1,7 +1,9 @@
 #!/usr/bin/env python3
 """PyTorch anchor for the convergence benchmark: kfac_ferminet_alpha's deep autoencoder on
 Fashion-MNIST trained with torch.optim.Adam, the same model, loss, initialisation, batch size and
-L2 term as apps/autoencoder, for a wall-clock budget. Writes step,seconds,loss like the app."""
+L2 term as apps/autoencoder, for a wall-clock budget. Writes step,seconds,loss like the app, and
+like its --eval_every_seconds, the objective on the first --eval_examples images every so many
+seconds of training with the clock stopped."""
 import argparse
 import gzip
 import struct
@@ -45,7 +47,12 @@ def main():
     p.add_argument("--threads", type=int, default=2)
     p.add_argument("--seed", type=int, default=12412321)
     p.add_argument("--csv", required=True)
+    p.add_argument("--eval_every_seconds", type=float, default=0.0)
+    p.add_argument("--eval_examples", type=int, default=10000)
+    p.add_argument("--eval_csv", default="")
     args = p.parse_args()
+    if args.eval_every_seconds < 0 or (args.eval_every_seconds > 0 and not args.eval_csv):
+        raise SystemExit("--eval_every_seconds must be >= 0, and needs --eval_csv")
     torch.set_num_threads(args.threads)
     torch.manual_seed(args.seed)
     x = load_images(args.data_dir + "/train-images-idx3-ubyte.gz")
@@ -54,9 +61,25 @@ def main():
                            eps=1e-8)
     bce = torch.nn.BCEWithLogitsLoss(reduction="none")
     gen = torch.Generator().manual_seed(args.seed)
-    rows = []
+    rows, evals = [], []
+    held_out = x[:args.eval_examples]
+    paused = 0.0  # seconds spent evaluating, not counted as training time
+
+    def evaluate(step, at):
+        t0 = time.perf_counter()
+        with torch.no_grad():
+            nll = sum(bce(model(held_out[i:i + 1000]), held_out[i:i + 1000]).sum().item()
+                      for i in range(0, held_out.shape[0], 1000)) / held_out.shape[0]
+            l2 = sum((w * w).sum().item() for w in model.parameters())
+        evals.append((step, at, nll + 0.5 * args.l2_reg * l2))
+        return time.perf_counter() - t0
+
     start = time.perf_counter()
     step = 0
+    next_eval = 0.0
+    if args.eval_every_seconds > 0:
+        paused += evaluate(0, 0.0)
+        next_eval = args.eval_every_seconds
     while True:
         idx = torch.randint(0, x.shape[0], (args.batch_size,), generator=gen)
         batch = x[idx]
@@ -67,15 +90,26 @@ def main():
         opt.zero_grad()
         loss.backward()
         opt.step()
-        elapsed = time.perf_counter() - start
+        elapsed = time.perf_counter() - start - paused
         rows.append((step, elapsed, loss.item()))
         step += 1
+        if args.eval_every_seconds > 0 and elapsed >= next_eval:
+            paused += evaluate(step, elapsed)
+            while next_eval <= elapsed:
+                next_eval += args.eval_every_seconds
         if elapsed > args.max_seconds:
             break
+    if args.eval_every_seconds > 0 and evals[-1][0] != step:
+        evaluate(step, elapsed)
     with open(args.csv, "w") as f:
         f.write("step,seconds,loss\n")
         for r in rows:
             f.write(f"{r[0]},{r[1]},{r[2]}\n")
+    if evals:
+        with open(args.eval_csv, "w") as f:
+            f.write("step,seconds,loss\n")
+            for r in evals:
+                f.write(f"{r[0]},{r[1]},{r[2]}\n")
     print(f"torch adam lr {args.learning_rate}: {step} steps in {elapsed:.1f} s, "
           f"final loss {rows[-1][2]:.3f}")
 
