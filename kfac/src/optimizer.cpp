@@ -6,7 +6,6 @@
 #include <chrono>
 #include <cmath>
 #include <limits>
-#include <optional>
 
 #include "hkfac/error.h"
 
@@ -299,17 +298,17 @@ StepStats Optimizer::step(Params &params, const std::function<Batch()> &next_bat
 
   t = Clock::now();
   Params delta;
-  // J u and J v from the quadratic model: rho's J Δ is their combination (J is linear), which
+  // The quadratic model's J u and J v, kept: rho's J Δ is their combination (J is linear), which
   // saves a Jacobian-vector product on every damping adaptation.
-  std::optional<Matrix> delta_jvp;
+  Matrix ju, jv;
+  double alpha = 0.0, beta = 0.0;
   if (options_.use_adaptive_learning_rate) {
     // Minimise q(α, β) = ½ [α β] M [α β]ᵀ + [gᵀu gᵀv] [α β]ᵀ with M_ab = aᵀ(C + γI)b over
     // Δ = α u + β v.
-    const Matrix ju = model_.jvp(u);
+    ju = model_.jvp(u);
     const double muu = curvature_form(ju, ju) + gamma * squared_norm(u);
     const double bu = dot(g, u);
-    double alpha = -bu / muu, beta = 0.0;
-    Matrix jv;
+    alpha = -bu / muu;
     if (step_ > 0) {
       jv = model_.jvp(velocity_);
       const double muv = curvature_form(ju, jv) + gamma * dot(u, velocity_);
@@ -331,9 +330,6 @@ StepStats Optimizer::step(Params &params, const std::function<Batch()> &next_bat
     delta = zeros_like(params);
     axpy(static_cast<float>(alpha), u, delta);
     axpy(static_cast<float>(beta), velocity_, delta);
-    delta_jvp = static_cast<float>(alpha) * ju;
-    if (beta != 0.0)
-      *delta_jvp += static_cast<float>(beta) * jv;
   } else {
     if (options_.norm_constraint) {
       const double s = r.learning_rate * r.learning_rate * dot(u, g);
@@ -364,7 +360,14 @@ StepStats Optimizer::step(Params &params, const std::function<Batch()> &next_bat
   st.rho = std::numeric_limits<double>::quiet_NaN();
   if (adapt_damping || options_.always_compute_rho) {
     // rho on this batch: actual change over the quadratic model's predicted change.
-    const Matrix jd = delta_jvp ? std::move(*delta_jvp) : model_.jvp(delta);
+    Matrix jd;
+    if (ju.size() == 0) {
+      jd = model_.jvp(delta);
+    } else {
+      jd = static_cast<float>(alpha) * ju;
+      if (jv.size() != 0)
+        jd += static_cast<float>(beta) * jv;
+    }
     const double predicted =
         dot(g, delta) + 0.5 * (curvature_form(jd, jd) + l2 * squared_norm(delta));
     LossRegistry new_losses;
