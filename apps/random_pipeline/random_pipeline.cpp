@@ -439,8 +439,13 @@ private:
     }
     case 3:
       return define("absd", arith(BinOp::Absd, v, m), a.scale);
-    case 4:
-      return define("threshold", {select(v.e > m.e, m.e, v.e), v.r}, a.scale);
+    case 4: {
+      // Over a range of width one (a float in [0, 1] cast to an integer) the midpoint is the
+      // bottom, and select(v > lo, lo, v) is the constant lo: the stages before it would be dead
+      // (Mullapudi2016 fails an internal lookup on such pipelines). Cut at the top instead.
+      const Val cut = mid > v.r.lo ? m : Val{constant(t, v.r.hi), {v.r.hi, v.r.hi}};
+      return define("threshold", {select(v.e > cut.e, cut.e, v.e), v.r}, a.scale);
+    }
     default:
       if (t.is_uint()) {
         return define("gray", {v.e ^ (v.e >> 1), full_range(t)}, a.scale);

@@ -1,11 +1,13 @@
 // Random pipelines scheduled by each autoscheduler compute what their all-root build computes.
 #include "HalideBuffer.h"
+#include "rng.h"
 #include "rp_variants.h"
 
 #include <gtest/gtest.h>
 
 #include <cmath>
 #include <cstdint>
+#include <set>
 #include <string>
 #include <vector>
 
@@ -21,13 +23,18 @@ struct KnownBug {
   int seed;
   const char *scheduler;
   const char *reason;
+  bool wrong_output; // runs, but its output differs from the root build's (else: fails to run)
 };
 constexpr const char *kShiftedInputRead =
     "Adams2019 splits the input's boundary-condition wrapper with TailStrategy::ShiftInwards, "
     "so at image borders the shifted tail reads the input out of bounds";
 constexpr KnownBug kKnownBugs[] = {
-    {8, "Adams2019", kShiftedInputRead},
-    {127, "Adams2019", kShiftedInputRead},
+    {1, "Adams2019", kShiftedInputRead, false},
+    {6, "Adams2019",
+     "Adams2019's schedule computes a different output, in most values (at (0, 0, 0): 0.001056, "
+     "where the root build and the other two schedulers give 0.063556, exactly 1/16 more); the "
+     "same on one thread; cause not isolated",
+     true},
 };
 
 const KnownBug *known_bug(const RpVariant &v) {
@@ -183,18 +190,29 @@ TEST_P(SchedulerAgreement, OutputsEqualRootSchedule) {
   const std::vector<Buffer<void>> want = run(root_of(v.seed), &error);
   ASSERT_TRUE(error.empty()) << "root build failed: " << error;
   const std::vector<Buffer<void>> got = run(v, &error);
-  if (const KnownBug *bug = known_bug(v)) {
+  const KnownBug *bug = known_bug(v);
+  if (bug && !bug->wrong_output) {
     ASSERT_FALSE(error.empty()) << "known bug no longer reproduces; remove it: " << bug->reason;
     GTEST_SKIP() << "known scheduler bug: " << bug->reason << " (" << error << ")";
   }
   ASSERT_TRUE(error.empty()) << v.scheduler << " build failed: " << error;
   ASSERT_EQ(got.size(), want.size());
+  int64_t wrong = 0;
+  std::string report;
   for (size_t o = 0; o < want.size(); ++o) {
     std::string first;
-    EXPECT_EQ(mismatches(got[o], want[o], &first), 0)
-        << "seed " << v.seed << " (" << v.stages << " stages), " << v.scheduler << ", output " << o
-        << ": first mismatch at " << first;
+    const int64_t m = mismatches(got[o], want[o], &first);
+    wrong += m;
+    if (m != 0)
+      report += " output " + std::to_string(o) + ": " + std::to_string(m) +
+                " mismatches, the first at " + first + ";";
   }
+  if (bug) {
+    ASSERT_NE(wrong, 0) << "known bug no longer reproduces; remove it: " << bug->reason;
+    GTEST_SKIP() << "known scheduler bug: " << bug->reason << " (" << report << ")";
+  }
+  EXPECT_EQ(wrong, 0) << "seed " << v.seed << " (" << v.stages << " stages), " << v.scheduler
+                      << ":" << report;
 }
 
 INSTANTIATE_TEST_SUITE_P(RandomPipeline, SchedulerAgreement, ::testing::ValuesIn(variants(false)),
@@ -218,5 +236,18 @@ TEST_P(RootBuild, FloatOutputsAreFinite) {
 
 INSTANTIATE_TEST_SUITE_P(RandomPipeline, RootBuild, ::testing::ValuesIn(variants(true)),
                          variant_name);
+
+// Neighbouring seeds must give unrelated streams: no draw of seed s among the first 256 may
+// appear among seed s + 1's (with 64-bit draws a chance collision has probability ~2^-48).
+TEST(RandomPipelineRng, NeighbouringSeedsShareNoDraws) {
+  for (uint64_t seed = 0; seed < 200; ++seed) {
+    hkfac::Rng a(seed), b(seed + 1);
+    std::set<uint64_t> first;
+    for (int i = 0; i < 256; ++i)
+      first.insert(a.next());
+    for (int i = 0; i < 256; ++i)
+      ASSERT_EQ(first.count(b.next()), 0u) << "seeds " << seed << " and " << seed + 1;
+  }
+}
 
 } // namespace
