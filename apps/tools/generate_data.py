@@ -202,7 +202,9 @@ def pipelines_from(args):
         lo, hi = (int(v) for v in args.stages.split(":"))
         for seed in range(first, first + count):
             stages = lo + zlib.crc32(str(seed).encode()) % (hi - lo + 1)
-            result.append(Pipeline(f"random_pipeline_seed{seed}_stages{stages}",
+            # "g2": the generator's second generation (docs/data.md), whose seeds build other
+            # pipelines than the first's; the name, and so the pipeline id, must say which.
+            result.append(Pipeline(f"random_pipeline_g2_seed{seed}_stages{stages}",
                                    args.random_generator, "random_pipeline",
                                    [f"seed={seed}", f"stages={stages}"] + args.random_params))
     for spec in args.app:

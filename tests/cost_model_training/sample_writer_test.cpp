@@ -69,7 +69,7 @@ TEST(SampleWriter, GenerateDataSamplesLoadInTheTrainersReader) {
 TEST(SampleWriter, PipelineIdsMatchGenerateData) {
   if (!have_python())
     GTEST_SKIP() << "python3 missing";
-  for (const std::string name : {"harris", "random_pipeline_seed17_stages6", "local_laplacian"}) {
+  for (const std::string name : {"harris", "random_pipeline_g2_seed17_stages6", "local_laplacian"}) {
     const std::string out =
         capture("python3 -c \"import zlib; print(zlib.crc32(b'" + name + "') & 0x7FFFFFFF)\"");
     EXPECT_EQ(std::to_string(pipeline_id_for(name)) + "\n", out) << name;
