@@ -518,9 +518,14 @@ private:
   }
 
   Node recast(Node a) {
-    const Type t = rng_.chance(6) ? Float(64)
-                                  : rng_.pick(std::vector<Type>{UInt(8), UInt(16), Int(16), Int(32),
-                                                                UInt(32), Int(8), Float(32)});
+    Type t = rng_.chance(6) ? Float(64)
+                            : rng_.pick(std::vector<Type>{UInt(8), UInt(16), Int(16), Int(32),
+                                                          UInt(32), Int(8), Float(32)});
+    if (t == a.type()) {
+      // A cast to its own type is a copy, and a later a - copy(a) is zero with its producers dead
+      // (Mullapudi2016 failed on such a pipeline). Cast to another type, without a new draw.
+      t = t.is_float() ? Int(32) : Float(32);
+    }
     return define("cast", convert(here(a), t, rng_.chance(30)), a.scale);
   }
 
