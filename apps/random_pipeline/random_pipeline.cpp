@@ -60,7 +60,7 @@ Val convert(const Val &v, Type t, bool wrap = false) {
   }
   if (whole.lo > type_max(t) || whole.hi < type_min(t)) {
     // Saturating a range that lies wholly outside t would give a constant, and every stage before
-    // it would be dead code (seed 454 once compiled to a constant output). Shift the range to
+    // it would be dead code (one pipeline compiled to a constant output). Shift the range to
     // start at zero first, as a hand-written pipeline rescales before narrowing.
     return convert({v.e - constant(from, whole.lo), {0, whole.hi - whole.lo}}, t, wrap);
   }
@@ -170,7 +170,7 @@ Val arith(BinOp op, Val a, Val b) {
 // Where the sum could overflow a type that must not wrap, every operand is shifted right once, by
 // the least k that makes all partial sums fit. Left to arith(), each addition would shift the
 // running sum again: a 7 x 7 tent on uint32 values became 49 nested shifts, and Halide's lowering
-// of that ran for over ten minutes under every schedule (seed 1122, 5 stages).
+// of that ran for over ten minutes under every schedule (docs/data.md).
 Val weighted_sum(const std::vector<Val> &vals, const std::vector<int> &weights, Type t) {
   int k = 0;
   if (!t.is_float() && !wraps(t)) {
