@@ -93,6 +93,17 @@ hkfac::kfac::ValueFunction reconstruction_loss(bool images) {
       };
 }
 
+// Forward pass on `batch` with the losses registered (per-example values and gradients).
+hkfac::kfac::LossRegistry forward_losses(hkfac::kfac::Sequential &model,
+                                         const hkfac::kfac::ValueFunction &value,
+                                         const Params &params, const hkfac::kfac::Batch &batch) {
+  const Matrix out = model.forward(params, batch);
+  hkfac::kfac::LossRegistry losses;
+  hkfac::kfac::ValueContext ctx(losses, nullptr, nullptr, false);
+  value(out, batch, ctx);
+  return losses;
+}
+
 // The objective (1/N) Σ loss_i + l2/2·||θ||² over a fixed set, forward passes only, in chunks
 // so that memory stays that of a mini-batch. The mini-batch losses of the curve carry sampling
 // noise of a unit or two on Fashion-MNIST; this reading does not.
@@ -103,11 +114,7 @@ double evaluate_objective(hkfac::kfac::Sequential &model, const hkfac::kfac::Val
   double total = 0.0;
   for (int first = 0; first < n; first += chunk) {
     const hkfac::kfac::Batch b = data.slice(first, std::min(chunk, n - first));
-    const Matrix out = model.forward(params, b);
-    hkfac::kfac::LossRegistry losses;
-    hkfac::kfac::ValueContext ctx(losses, nullptr, nullptr, false);
-    value(out, b, ctx);
-    total += losses.total_values().cast<double>().sum();
+    total += forward_losses(model, value, params, b).total_values().cast<double>().sum();
   }
   return total / n + 0.5 * l2 * hkfac::kfac::squared_norm(params);
 }
@@ -116,10 +123,7 @@ double evaluate_objective(hkfac::kfac::Sequential &model, const hkfac::kfac::Val
 double loss_and_gradient(hkfac::kfac::Sequential &model, const hkfac::kfac::ValueFunction &value,
                          const Params &params, const hkfac::kfac::Batch &batch, double l2,
                          Params &grad) {
-  const Matrix out = model.forward(params, batch);
-  hkfac::kfac::LossRegistry losses;
-  hkfac::kfac::ValueContext ctx(losses, nullptr, nullptr, false);
-  value(out, batch, ctx);
+  const hkfac::kfac::LossRegistry losses = forward_losses(model, value, params, batch);
   const float inv_b = 1.0f / static_cast<float>(batch.inputs.rows());
   grad = model.backward(losses.total_gradient() * inv_b);
   hkfac::kfac::axpy(static_cast<float>(l2), params, grad);

@@ -172,15 +172,20 @@ Val arith(BinOp op, Val a, Val b) {
 // running sum again: a 7 x 7 tent on uint32 values became 49 nested shifts, and Halide's lowering
 // of that ran for over ten minutes under every schedule (docs/data.md).
 Val weighted_sum(const std::vector<Val> &vals, const std::vector<int> &weights, Type t) {
+  std::vector<Val> in_t; // the operands with a nonzero weight, in t
+  std::vector<int> w;
+  for (size_t i = 0; i < vals.size(); ++i) {
+    if (weights[i] != 0) {
+      in_t.push_back(convert(vals[i], t));
+      w.push_back(weights[i]);
+    }
+  }
   int k = 0;
   if (!t.is_float() && !wraps(t)) {
     auto partial_sums = [&](int shift) {
       ValueRange total = {0, 0};
-      for (size_t i = 0; i < vals.size(); ++i) {
-        if (weights[i] != 0) {
-          const ValueRange term = scaled(shifted_right(convert(vals[i], t).r, shift), weights[i]);
-          total = plus(total, hull(term, {0, 0}));
-        }
+      for (size_t i = 0; i < in_t.size(); ++i) {
+        total = plus(total, hull(scaled(shifted_right(in_t[i].r, shift), w[i]), {0, 0}));
       }
       return total;
     };
@@ -189,18 +194,10 @@ Val weighted_sum(const std::vector<Val> &vals, const std::vector<int> &weights, 
     }
   }
   Val acc = {make_zero(t), {0, 0}};
-  for (size_t i = 0; i < vals.size(); ++i) {
-    if (weights[i] == 0) {
-      continue;
-    }
-    Val v = convert(vals[i], t);
-    if (k > 0) {
-      v = {v.e >> k, shifted_right(v.r, k)};
-    }
+  for (size_t i = 0; i < in_t.size(); ++i) {
+    const Val v = k > 0 ? Val{in_t[i].e >> k, shifted_right(in_t[i].r, k)} : in_t[i];
     const Val term =
-        weights[i] == 1
-            ? v
-            : arith(BinOp::Mul, v, {constant(t, weights[i]), {1.0 * weights[i], 1.0 * weights[i]}});
+        w[i] == 1 ? v : arith(BinOp::Mul, v, {constant(t, w[i]), {1.0 * w[i], 1.0 * w[i]}});
     acc = is_const_zero(acc.e) ? term : arith(BinOp::Add, acc, term);
   }
   return acc;

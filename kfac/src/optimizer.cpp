@@ -297,6 +297,11 @@ StepStats Optimizer::step(Params &params, const std::function<Batch()> &next_bat
   };
 
   t = Clock::now();
+  // The update phase's rejections: its time so far is still recorded.
+  auto reject_update = [&]() {
+    st.timings.update_s = seconds_since(t);
+    return reject();
+  };
   Params delta;
   // The quadratic model's J u and J v, kept: rho's J Δ is their combination (J is linear), which
   // saves a Jacobian-vector product on every damping adaptation.
@@ -344,17 +349,13 @@ StepStats Optimizer::step(Params &params, const std::function<Batch()> &next_bat
   st.learning_rate = r.learning_rate;
   st.momentum = r.momentum;
   st.damping = r.damping;
-  if (!all_finite(delta)) {
-    st.timings.update_s = seconds_since(t);
-    return reject();
-  }
+  if (!all_finite(delta))
+    return reject_update();
 
   Params candidate = params;
   axpy(1.0f, delta, candidate);
-  if (!all_finite(candidate)) {
-    st.timings.update_s = seconds_since(t);
-    return reject();
-  }
+  if (!all_finite(candidate))
+    return reject_update();
   const bool adapt_damping =
       options_.use_adaptive_damping && (step_ + 1) % options_.damping_adaptation_interval == 0;
   st.rho = std::numeric_limits<double>::quiet_NaN();
@@ -372,10 +373,8 @@ StepStats Optimizer::step(Params &params, const std::function<Batch()> &next_bat
         dot(g, delta) + 0.5 * (curvature_form(jd, jd) + l2 * squared_norm(delta));
     LossRegistry new_losses;
     const double new_loss = forward(candidate, batch, new_losses, nullptr, true);
-    if (!std::isfinite(new_loss)) {
-      st.timings.update_s = seconds_since(t);
-      return reject();
-    }
+    if (!std::isfinite(new_loss))
+      return reject_update();
     st.rho = predicted != 0.0 ? (new_loss - st.loss) / predicted : 0.0;
   }
 
