@@ -5,6 +5,7 @@
 #include <memory>
 #include <random>
 
+#include "cublas_anchor.h"
 #include "harness.h"
 #include "hkfac/kernels/covariance.h"
 
@@ -39,10 +40,10 @@ hkfac::bench::Case make_case(Shape s) {
     xbar->leftCols(dx) = hkfac::as_eigen(*x);
     auto c_blas = std::make_shared<RowMajor>(RowMajor::Zero(d, d));
     auto c_eigen = std::make_shared<RowMajor>(RowMajor::Zero(d, d));
-    return std::vector<hkfac::bench::Contender>{
+    std::vector<hkfac::bench::Contender> cs{
         {"halide",
          [=] {
-           hkfac::kernels::covariance_update(*cov, *x, a, b, s.homogeneous, hkfac::Device::cpu);
+           hkfac::kernels::covariance_update(*cov, *x, a, b, s.homogeneous, hkfac::bench::device());
          }},
         // ssyrk updates one triangle only (C <- b X̄ᵀX̄ + a C), the least any caller can ask for.
         {"openblas",
@@ -54,6 +55,14 @@ hkfac::bench::Case make_case(Shape s) {
            *c_eigen *= a;
            c_eigen->selfadjointView<Eigen::Upper>().rankUpdate(xbar->transpose(), b);
          }}};
+    if (hkfac::bench::cublas::enabled()) {
+      namespace cublas = hkfac::bench::cublas;
+      auto dx = std::make_shared<cublas::DeviceArray>(xbar->data(), size_t(n) * d);
+      auto dc = std::make_shared<cublas::DeviceArray>(size_t(d) * d);
+      cs.push_back({"cublas", [=] { cublas::ssyrk(d, n, b, dx->get(), a, dc->get()); },
+                    cublas::synchronize});
+    }
+    return cs;
   };
   return c;
 }

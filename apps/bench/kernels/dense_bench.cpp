@@ -5,6 +5,7 @@
 #include <cmath>
 #include <memory>
 
+#include "cublas_anchor.h"
 #include "harness.h"
 #include "hkfac/kernels/dense.h"
 
@@ -28,6 +29,15 @@ struct Layer {
         dbb(hkfac::wrap<float>(db)) {}
 };
 
+// The layer's GEMM operands on the device, for the cuBLAS anchor. cuBLAS has no fused bias or
+// activation: its anchor is the layer's GEMMs alone, a lower bound on the layer's time.
+struct DeviceLayer {
+  hkfac::bench::cublas::DeviceArray X, W, Y, dZ, dX, dW;
+  explicit DeviceLayer(const Layer &L)
+      : X(L.X.data(), L.X.size()), W(L.W.data(), L.W.size()), Y(L.Y.data(), L.Y.size()),
+        dZ(L.dY.data(), L.dY.size()), dX(L.dX.data(), L.dX.size()), dW(L.dW.data(), L.dW.size()) {}
+};
+
 std::string shape_name(int batch, int d_in, int d_out) {
   return "batch " + std::to_string(batch) + " " + std::to_string(d_in) + "->" +
          std::to_string(d_out) + " tanh";
@@ -40,11 +50,11 @@ hkfac::bench::Case forward_case(int batch, int d_in, int d_out) {
   c.flops = 2.0 * batch * d_in * d_out;
   c.make = [=] {
     auto L = std::make_shared<Layer>(batch, d_in, d_out);
-    return std::vector<hkfac::bench::Contender>{
+    std::vector<hkfac::bench::Contender> cs{
         {"halide",
          [=] {
            hkfac::kernels::dense_forward(L->Yb, L->Xb, L->Wb, L->bb, Activation::tanh,
-                                         hkfac::Device::cpu);
+                                         hkfac::bench::device());
          }},
         {"openblas",
          [=] {
@@ -60,6 +70,17 @@ hkfac::bench::Case forward_case(int batch, int d_in, int d_out) {
            L->Y.noalias() = L->X * L->W;
            L->Y = (L->Y.rowwise() + L->b.transpose()).array().tanh();
          }}};
+    if (hkfac::bench::cublas::enabled()) {
+      auto D = std::make_shared<DeviceLayer>(*L);
+      cs.push_back({"cublas",
+                    [=] {
+                      hkfac::bench::cublas::sgemm(false, false, batch, d_out, d_in, 1.0f,
+                                                  D->X.get(), d_in, D->W.get(), d_out, 0.0f,
+                                                  D->Y.get(), d_out);
+                    },
+                    hkfac::bench::cublas::synchronize});
+    }
+    return cs;
   };
   return c;
 }
@@ -72,11 +93,11 @@ hkfac::bench::Case backward_case(int batch, int d_in, int d_out) {
   c.make = [=] {
     auto L = std::make_shared<Layer>(batch, d_in, d_out);
     L->Y = L->Y.array().tanh();
-    return std::vector<hkfac::bench::Contender>{
+    std::vector<hkfac::bench::Contender> cs{
         {"halide",
          [=] {
            hkfac::kernels::dense_backward(L->dZb, L->dXb, L->dWb, L->dbb, L->dYb, L->Yb, L->Xb,
-                                          L->Wb, Activation::tanh, hkfac::Device::cpu);
+                                          L->Wb, Activation::tanh, hkfac::bench::device());
          }},
         {"openblas",
          [=] {
@@ -99,6 +120,19 @@ hkfac::bench::Case backward_case(int batch, int d_in, int d_out) {
            L->dX.noalias() = L->dZ * L->W.transpose();
            L->dW.noalias() = L->X.transpose() * L->dZ;
          }}};
+    if (hkfac::bench::cublas::enabled()) {
+      auto D = std::make_shared<DeviceLayer>(*L);
+      cs.push_back({"cublas",
+                    [=] {
+                      namespace cublas = hkfac::bench::cublas;
+                      cublas::sgemm(false, true, batch, d_in, d_out, 1.0f, D->dZ.get(), d_out,
+                                    D->W.get(), d_out, 0.0f, D->dX.get(), d_in);
+                      cublas::sgemm(true, false, d_in, d_out, batch, 1.0f, D->X.get(), d_in,
+                                    D->dZ.get(), d_out, 0.0f, D->dW.get(), d_out);
+                    },
+                    hkfac::bench::cublas::synchronize});
+    }
+    return cs;
   };
   return c;
 }

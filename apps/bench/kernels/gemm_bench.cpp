@@ -4,6 +4,7 @@
 #include <Eigen/Core>
 #include <memory>
 
+#include "cublas_anchor.h"
 #include "harness.h"
 #include "hkfac/kernels/gemm.h"
 
@@ -35,12 +36,12 @@ hkfac::bench::Case make_case(const Shape &s) {
     auto Ab = std::make_shared<Buffer<float>>(hkfac::wrap<float>(*A));
     auto Bb = std::make_shared<Buffer<float>>(hkfac::wrap<float>(*B));
     auto Cb = std::make_shared<Buffer<float>>(hkfac::wrap<float>(*C));
-    return std::vector<hkfac::bench::Contender>{
+    std::vector<hkfac::bench::Contender> cs{
         // Holds the matrices too: --quick keeps only this contender, and the buffers merely
         // view the matrices' storage.
         {"halide",
          [A, B, C, Ab, Bb, Cb, s] {
-           hkfac::kernels::gemm(*Cb, *Ab, s.ta, *Bb, s.tb, 1.0f, 0.0f, hkfac::Device::cpu);
+           hkfac::kernels::gemm(*Cb, *Ab, s.ta, *Bb, s.tb, 1.0f, 0.0f, hkfac::bench::device());
          }},
         {"openblas",
          [=] {
@@ -60,6 +61,20 @@ hkfac::bench::Case make_case(const Shape &s) {
              C->noalias() = *A * *B;
            }
          }}};
+    if (hkfac::bench::cublas::enabled()) {
+      namespace cublas = hkfac::bench::cublas;
+      auto dA = std::make_shared<cublas::DeviceArray>(A->data(), size_t(A->size()));
+      auto dB = std::make_shared<cublas::DeviceArray>(B->data(), size_t(B->size()));
+      auto dC = std::make_shared<cublas::DeviceArray>(size_t(C->size()));
+      const int lda = static_cast<int>(A->cols()), ldb = static_cast<int>(B->cols());
+      cs.push_back({"cublas",
+                    [=] {
+                      cublas::sgemm(at, bt, s.m, s.n, s.depth, 1.0f, dA->get(), lda, dB->get(), ldb,
+                                    0.0f, dC->get(), s.n);
+                    },
+                    cublas::synchronize});
+    }
+    return cs;
   };
   return c;
 }

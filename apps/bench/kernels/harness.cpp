@@ -18,8 +18,7 @@ std::vector<std::function<std::vector<Case>(bool)>> &registry() {
 hkfac::Device g_device = hkfac::Device::cpu;
 
 double now_s() {
-  return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch())
-      .count();
+  return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count();
 }
 
 double median(std::vector<double> v) {
@@ -31,8 +30,13 @@ double median(std::vector<double> v) {
 // Seconds per call, timing `iters` calls back to back.
 double time_calls(const Contender &c, int iters) {
   double t0 = now_s();
-  for (int i = 0; i < iters; i++) c.run();
-  hkfac::synchronize(g_device);
+  for (int i = 0; i < iters; i++)
+    c.run();
+  if (c.sync) {
+    c.sync();
+  } else {
+    hkfac::synchronize(g_device);
+  }
   return (now_s() - t0) / iters;
 }
 
@@ -50,7 +54,8 @@ int run_all(const Options &opt) {
   std::vector<Case> cases;
   for (auto &f : registry()) {
     for (Case &c : f(opt.quick)) {
-      if (opt.only.empty() || c.group.find(opt.only) != std::string::npos) cases.push_back(c);
+      if (opt.only.empty() || c.group.find(opt.only) != std::string::npos)
+        cases.push_back(c);
     }
   }
   std::sort(cases.begin(), cases.end(),
@@ -60,16 +65,19 @@ int run_all(const Options &opt) {
      << "|---|---|---|---|---|---|\n";
   for (const Case &c : cases) {
     std::vector<Contender> cs = c.make();
-    if (opt.quick && cs.size() > 1) cs.resize(1);
+    if (opt.quick && cs.size() > 1)
+      cs.resize(1);
     if (g_device == hkfac::Device::cuda) {
       // On the GPU only the generated kernel and a device anchor (cuBLAS) are comparable.
       std::vector<Contender> gpu;
       for (Contender &x : cs) {
-        if (x.name == "halide" || x.name == "cublas") gpu.push_back(x);
+        if (x.name == "halide" || x.name == "cublas")
+          gpu.push_back(x);
       }
       cs = gpu;
     }
-    if (cs.empty()) continue;
+    if (cs.empty())
+      continue;
     // Warm up, then choose iterations per round so each contender runs >= min_round_s.
     std::vector<int> iters(cs.size(), 1);
     for (size_t i = 0; i < cs.size(); i++) {
@@ -88,7 +96,8 @@ int run_all(const Options &opt) {
       }
       // Ratio > 1 means the contender is faster than the anchor (index 1).
       for (size_t i = 0; i < cs.size(); i++) {
-        if (cs.size() > 1) ratios[i].push_back(t[1] / t[i]);
+        if (cs.size() > 1)
+          ratios[i].push_back(t[1] / t[i]);
       }
     }
     for (size_t i = 0; i < cs.size(); i++) {

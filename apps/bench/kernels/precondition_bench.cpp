@@ -4,6 +4,7 @@
 #include <Eigen/Core>
 #include <memory>
 
+#include "cublas_anchor.h"
 #include "harness.h"
 #include "hkfac/kernels/precondition.h"
 
@@ -19,6 +20,23 @@ void sgemm(Mat &C, const Mat &A, bool ta, const Mat &B, bool tb) {
               static_cast<int>(ta ? A.rows() : A.cols()), 1.0f, A.data(),
               static_cast<int>(A.cols()), B.data(), static_cast<int>(B.cols()), 0.0f, C.data(),
               static_cast<int>(C.cols()));
+}
+
+// A row-major matrix on the device, for the cuBLAS anchor.
+struct DevMat {
+  std::shared_ptr<hkfac::bench::cublas::DeviceArray> data;
+  int rows, cols;
+};
+
+DevMat upload(const Mat &m) {
+  return {std::make_shared<hkfac::bench::cublas::DeviceArray>(m.data(), size_t(m.size())),
+          static_cast<int>(m.rows()), static_cast<int>(m.cols())};
+}
+
+// C = op(A) op(B) on the device through cuBLAS (C's shape is fixed by the caller).
+void dgemm(const DevMat &C, const DevMat &A, bool ta, const DevMat &B, bool tb) {
+  hkfac::bench::cublas::sgemm(ta, tb, C.rows, C.cols, ta ? A.rows : A.cols, 1.0f, A.data->get(),
+                              A.cols, B.data->get(), B.cols, 0.0f, C.data->get(), C.cols);
 }
 
 std::string shape_name(int d_a, int d_g) {
@@ -40,12 +58,12 @@ hkfac::bench::Case direct_case(int d_a, int d_g) {
     auto Gb = std::make_shared<Buffer<float>>(hkfac::wrap<float>(*G));
     auto Vb = std::make_shared<Buffer<float>>(hkfac::wrap<float>(*V));
     auto Ub = std::make_shared<Buffer<float>>(hkfac::wrap<float>(*U));
-    return std::vector<hkfac::bench::Contender>{
+    std::vector<hkfac::bench::Contender> cs{
         // Holds the matrices too: --quick keeps only this contender, and the buffers merely
         // view the matrices' storage.
         {"halide",
          [A, G, V, U, Ab, Gb, Vb, Ub] {
-           hkfac::kernels::kron_precondition(*Ub, *Ab, *Vb, *Gb, hkfac::Device::cpu);
+           hkfac::kernels::kron_precondition(*Ub, *Ab, *Vb, *Gb, hkfac::bench::device());
          }},
         {"openblas",
          [=] {
@@ -56,6 +74,17 @@ hkfac::bench::Case direct_case(int d_a, int d_g) {
            T->noalias() = *A * *V;
            U->noalias() = *T * *G;
          }}};
+    if (hkfac::bench::cublas::enabled()) {
+      const DevMat dA = upload(*A), dG = upload(*G), dV = upload(*V), dT = upload(*T),
+                   dU = upload(*U);
+      cs.push_back({"cublas",
+                    [=] {
+                      dgemm(dT, dA, false, dV, false);
+                      dgemm(dU, dT, false, dG, false);
+                    },
+                    hkfac::bench::cublas::synchronize});
+    }
+    return cs;
   };
   return c;
 }
@@ -87,11 +116,11 @@ hkfac::bench::Case eigen_route_case(int d_a, int d_g) {
           S(i, j) /= (*la)(i) * (*lg)(j) + gamma;
       }
     };
-    return std::vector<hkfac::bench::Contender>{
+    std::vector<hkfac::bench::Contender> cs{
         {"halide",
          [QA, QG, V, U, la, lg, QAb, QGb, Vb, Ub, lab, lgb, gamma] {
            hkfac::kernels::kron_precondition_eigen(*Ub, *QAb, *lab, *Vb, *QGb, *lgb, gamma, -1,
-                                                   hkfac::Device::cpu);
+                                                   hkfac::bench::device());
          }},
         {"openblas",
          [=] {
@@ -108,6 +137,21 @@ hkfac::bench::Case eigen_route_case(int d_a, int d_g) {
            T1->noalias() = *QA * *T2;
            U->noalias() = *T1 * QG->transpose();
          }}};
+    // cuBLAS has no elementwise division: its anchor is the four GEMMs alone, a lower bound on
+    // the route's time.
+    if (hkfac::bench::cublas::enabled()) {
+      const DevMat dQA = upload(*QA), dQG = upload(*QG), dV = upload(*V), dT1 = upload(*T1),
+                   dT2 = upload(*T2), dU = upload(*U);
+      cs.push_back({"cublas",
+                    [=] {
+                      dgemm(dT1, dQA, true, dV, false);
+                      dgemm(dT2, dT1, false, dQG, false);
+                      dgemm(dT1, dQA, false, dT2, false);
+                      dgemm(dU, dT1, false, dQG, true);
+                    },
+                    hkfac::bench::cublas::synchronize});
+    }
+    return cs;
   };
   return c;
 }
