@@ -7,6 +7,7 @@
 
 #include "activation_math.h"
 
+#include "hkfac/cusolver.h"
 #include "hkfac/error.h"
 #include "hkfac/kernels/covariance.h"
 #include "hkfac/kernels/diagonal.h"
@@ -261,6 +262,30 @@ void diagonal_matpower(Matrix &u, const Matrix &g, const Matrix &d, float gamma,
   Eigen::Map<Eigen::ArrayXf> out(u.data(), u.size());
   out = power == 1 ? (gv * dv).eval() : (gv / dv).eval();
 #endif
+}
+
+bool inverses_on_device() { return default_device() == Device::cuda && cusolver::status().usable; }
+
+bool device_spd_inverse(Matrix &inv, const Eigen::MatrixXd &m) {
+  if (m.rows() != m.cols() || m.rows() == 0)
+    throw Error("kfac::ops::device_spd_inverse: 'm' must be square and non-empty");
+  Eigen::MatrixXd work = m; // column-major, as cuSOLVER wants
+  if (!cusolver::spd_inverse(work.data(), static_cast<int>(work.rows())))
+    return false;
+  inv = work.cast<float>();
+  return true;
+}
+
+bool device_symmetric_eigen(Matrix &q, Matrix &lambda, const Eigen::MatrixXd &m) {
+  if (m.rows() != m.cols() || m.rows() == 0)
+    throw Error("kfac::ops::device_symmetric_eigen: 'm' must be square and non-empty");
+  Eigen::MatrixXd work = m;
+  Eigen::VectorXd w(m.rows());
+  if (!cusolver::symmetric_eigen(work.data(), w.data(), static_cast<int>(work.rows())))
+    return false;
+  q = work.cast<float>();
+  lambda = w.transpose().cast<float>();
+  return true;
 }
 
 } // namespace hkfac::kfac::ops

@@ -42,4 +42,16 @@ void diagonal_ema(Matrix &d, const Matrix &g, float a, float b);
 // u = g ⊙ (d + γ)^power, all 1 x p; u is resized and may alias g.
 void diagonal_matpower(Matrix &u, const Matrix &g, const Matrix &d, float gamma, int power);
 
+// Factor inverses: on the GPU through cuSOLVER when the kernels run on CUDA (default_device())
+// and cuSOLVER is usable; otherwise the blocks factorise on the CPU with Eigen.
+bool inverses_on_device();
+
+// inv = m⁻¹ for symmetric positive definite m, by Cholesky on the device in double; returns false
+// when m is not positive definite. Throws unless inverses_on_device().
+bool device_spd_inverse(Matrix &inv, const Eigen::MatrixXd &m);
+
+// m = q diag(lambda) qᵀ on the device in double, lambda (1 x n) ascending; returns false when the
+// eigensolver did not converge. Throws unless inverses_on_device().
+bool device_symmetric_eigen(Matrix &q, Matrix &lambda, const Eigen::MatrixXd &m);
+
 } // namespace hkfac::kfac::ops

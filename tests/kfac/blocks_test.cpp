@@ -1,6 +1,8 @@
 // Curvature blocks: estimates against brute-force sums, inverse consistency, pi-adjusted damping.
 #include <gtest/gtest.h>
 
+#include "hkfac/cusolver.h"
+#include "hkfac/device.h"
 #include "hkfac/error.h"
 #include "hkfac/kfac/blocks/dense_two_kronecker_factored.h"
 #include "hkfac/kfac/blocks/diagonal.h"
@@ -199,6 +201,31 @@ TEST(kfacBlocks, EigenRouteAppliesExactDampedInverse) {
   const MatrixXd F = block.full_curvature() + gamma * MatrixXd::Identity(8, 8);
   EXPECT_LT(rel_err(flat(block.multiply_matpower(v, -1, gamma)), F.inverse() * flat(v)), 1e-5);
   EXPECT_LT(rel_err(flat(block.multiply_matpower(v, 1, gamma)), F * flat(v)), 1e-5);
+}
+
+// Factor inverses run through cuSOLVER when the kernels run on CUDA; both routes must agree.
+TEST(kfacBlocks, DeviceAndHostFactorInversesAgree) {
+  if (!cusolver::status().usable)
+    GTEST_SKIP() << "cuSOLVER not usable: " << cusolver::status().reason;
+  const Device before = default_device();
+  for (bool exact : {false, true}) {
+    TagFixture f = dense_fixture(40, 30, true, 70 + exact);
+    BlockOptions o;
+    o.use_exact_inverses = exact;
+    const float gamma = 0.02f;
+    const std::vector<Matrix> v = random_vec(f.shapes, 71);
+    std::vector<MatrixXd> results;
+    for (Device d : {Device::cpu, Device::cuda}) {
+      set_default_device(d);
+      DenseTwoKroneckerFactored block(f.tag, f.shapes, o);
+      block.init();
+      block.update_curvature_estimate(1.0f, 1.0f, batch_of(f));
+      block.update_inverse(gamma);
+      results.push_back(flat(block.multiply_matpower(v, -1, gamma)));
+    }
+    set_default_device(before);
+    EXPECT_LT(rel_err(results[1], results[0]), 1e-4) << (exact ? "eigen route" : "Cholesky");
+  }
 }
 
 TEST(kfacBlocks, EigenRouteRejectsNonFiniteFactorsBeforeDecomposing) {

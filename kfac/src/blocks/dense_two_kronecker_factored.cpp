@@ -115,6 +115,35 @@ Matrix inverse_from_cholesky(const Eigen::LLT<Eigen::MatrixXd> &llt) {
   return inverse;
 }
 
+// m⁻¹ of a damped factor, on the GPU when the kernels run there; false when m is not positive
+// definite.
+bool spd_inverse(Matrix &inv, const Eigen::MatrixXd &m) {
+  if (ops::inverses_on_device())
+    return ops::device_spd_inverse(inv, m);
+  Eigen::LLT<Eigen::MatrixXd> llt(m);
+  if (llt.info() != Eigen::Success)
+    return false;
+  inv = inverse_from_cholesky(llt);
+  return true;
+}
+
+// m = Q diag(λ) Qᵀ with λ a row clipped at 0 (a factor is PSD; rounding can dip below), on the
+// GPU when the kernels run there; false when the eigensolver did not converge.
+bool eigen_decompose(Matrix &q, Matrix &lambda, const Eigen::MatrixXd &m) {
+  if (ops::inverses_on_device()) {
+    if (!ops::device_symmetric_eigen(q, lambda, m))
+      return false;
+  } else {
+    Eigen::SelfAdjointEigenSolver<Eigen::MatrixXd> e(m);
+    if (e.info() != Eigen::Success)
+      return false;
+    q = e.eigenvectors().cast<float>();
+    lambda = e.eigenvalues().transpose().cast<float>();
+  }
+  lambda = lambda.cwiseMax(0.0f);
+  return true;
+}
+
 } // namespace
 
 void DenseTwoKroneckerFactored::update_inverse(float diagonal_weight) {
@@ -126,23 +155,14 @@ void DenseTwoKroneckerFactored::update_inverse(float diagonal_weight) {
   if (!A.allFinite() || !G.allFinite())
     fail("update_inverse: factor A or G is not finite");
   if (options_.use_exact_inverses) {
-    Eigen::SelfAdjointEigenSolver<Eigen::MatrixXd> ea(A), eg(G);
-    if (ea.info() != Eigen::Success || eg.info() != Eigen::Success) {
+    if (!eigen_decompose(q_a_, lambda_a_, A) || !eigen_decompose(q_g_, lambda_g_, G))
       fail("update_inverse: eigendecomposition did not converge");
-    }
-    q_a_ = ea.eigenvectors().cast<float>();
-    q_g_ = eg.eigenvectors().cast<float>();
-    lambda_a_ = ea.eigenvalues().transpose().cast<float>().cwiseMax(0.0f);
-    lambda_g_ = eg.eigenvalues().transpose().cast<float>().cwiseMax(0.0f);
   } else {
     const DampedFactors f = pi_adjusted_damped_factors(A, G, diagonal_weight);
-    Eigen::LLT<Eigen::MatrixXd> la(f.A), lg(f.G);
-    if (la.info() != Eigen::Success || lg.info() != Eigen::Success) {
+    if (!spd_inverse(a_inv_, f.A) || !spd_inverse(g_inv_, f.G)) {
       fail("update_inverse: damped factor is not positive definite (diagonal_weight " +
            std::to_string(diagonal_weight) + " too small?)");
     }
-    a_inv_ = inverse_from_cholesky(la);
-    g_inv_ = inverse_from_cholesky(lg);
   }
   have_inverse_ = true;
 }

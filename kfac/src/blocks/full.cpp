@@ -35,12 +35,19 @@ void FullBlock::update_inverse(float diagonal_weight) {
   if (!c.allFinite())
     fail("update_inverse: the estimate is not finite");
   c.diagonal().array() += diagonal_weight;
-  Eigen::LLT<Eigen::MatrixXd> llt(c);
-  if (llt.info() != Eigen::Success) {
+  bool positive_definite;
+  if (ops::inverses_on_device()) {
+    positive_definite = ops::device_spd_inverse(inverse_, c);
+  } else {
+    Eigen::LLT<Eigen::MatrixXd> llt(c);
+    positive_definite = llt.info() == Eigen::Success;
+    if (positive_definite)
+      inverse_ = llt.solve(Eigen::MatrixXd::Identity(dim(), dim())).cast<float>();
+  }
+  if (!positive_definite) {
     fail("update_inverse: damped estimate is not positive definite (diagonal_weight " +
          std::to_string(diagonal_weight) + " too small?)");
   }
-  inverse_ = llt.solve(Eigen::MatrixXd::Identity(dim(), dim())).cast<float>();
   have_inverse_ = true;
 }
 
