@@ -1,7 +1,7 @@
 // Conv2D as a dense layer over im2col patches, on the generated dense kernels.
 #include <cmath>
 
-#include "activation_math.h"
+#include "affine_jvp.h"
 #include "hkfac/error.h"
 #include "hkfac/kfac/layers.h"
 #include "ops.h"
@@ -140,16 +140,9 @@ Matrix Conv2D::backward(const Matrix *params, const Matrix &dy, Matrix *grads, T
 }
 
 Matrix Conv2D::jvp(const Matrix *params, const Matrix *tangents, const Matrix &dx) {
-  Matrix ds;
-  const bool dx_zero = dx.isZero(0.0f); // the first layer's: see Dense::jvp
-  if (!dx_zero)
-    ops::gemm(ds, im2col(dx), false, params[0], false);
-  ops::gemm(ds, patches_, false, tangents[0], false, 1.0f, dx_zero ? 0.0f : 1.0f);
-  if (use_bias_)
-    ds.rowwise() += tangents[1].row(0);
-  if (act_ != Activation::identity) {
-    ds = ds.cwiseProduct(detail::activation_derivative_from_output(y_, act_));
-  }
+  const Matrix ds = detail::affine_jvp(
+      dx, [&] { return im2col(dx); }, patches_, params[0], tangents[0],
+      use_bias_ ? &tangents[1] : nullptr, y_, act_);
   return reshaped(ds, dx.rows(), static_cast<Eigen::Index>(out_h_) * out_w_ * out_c_);
 }
 

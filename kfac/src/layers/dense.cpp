@@ -1,7 +1,7 @@
 // Dense layer on the generated dense forward/backward kernels.
 #include <cmath>
 
-#include "activation_math.h"
+#include "affine_jvp.h"
 #include "hkfac/error.h"
 #include "hkfac/kfac/layers.h"
 #include "ops.h"
@@ -86,19 +86,9 @@ Matrix Dense::backward(const Matrix *params, const Matrix &dy, Matrix *grads, Ta
 }
 
 Matrix Dense::jvp(const Matrix *params, const Matrix *tangents, const Matrix &dx) {
-  // ds = dx W + x dW + db, then through the activation's derivative. The first layer's dx is
-  // zero (its input is data), and its dx W is the largest GEMM of the pass: skip it. isZero
-  // stops at the first nonzero, so the check costs nothing on the other layers.
-  Matrix ds;
-  const bool dx_zero = dx.isZero(0.0f);
-  if (!dx_zero)
-    ops::gemm(ds, dx, false, params[0], false);
-  ops::gemm(ds, x_, false, tangents[0], false, 1.0f, dx_zero ? 0.0f : 1.0f);
-  if (use_bias_)
-    ds.rowwise() += tangents[1].row(0);
-  if (act_ == Activation::identity)
-    return ds;
-  return ds.cwiseProduct(detail::activation_derivative_from_output(y_, act_));
+  return detail::affine_jvp(
+      dx, [&]() -> const Matrix & { return dx; }, x_, params[0], tangents[0],
+      use_bias_ ? &tangents[1] : nullptr, y_, act_);
 }
 
 } // namespace hkfac::kfac
