@@ -1,41 +1,16 @@
 // Covariance (K-FAC factor) update: C <- a*C + b*X̄ᵀX̄, one triangle computed, mirrored exactly.
+// The algorithm and schedules are in covariance_tiles.h; this generator reads X from a matrix.
 #include "Halide.h"
+#include "covariance_tiles.h"
 
 namespace {
 
 using namespace Halide;
 
-// Width of the square tiles of X̄ᵀX̄; the runtime's dispatch uses the same value to pick the
-// untiled variant for X narrower than one tile.
-constexpr int kTile = 32;
-
-// c_out = a * c_in + b * X̄ᵀX̄ for X (n rows x dx cols, x(col, row)) and X̄ = [X, 1]: X̄ has
-// c_in's width, a column past X's being the ones (homogeneous) column, never materialised.
-// Homogeneity is read from the shapes rather than passed: one library serves both cases, and the
-// ones column is just the last column of the edge strip below. Every element of c_out reads only
-// its own element of c_in, so c_out may alias c_in (the dispatch always passes C as both).
-//
-// Layout of the work over C (d x d), with nt = dx / kTile full tiles and c0 = nt * kTile:
-//  * [0, c0)²: tile pairs (ti <= tj) enumerated by one packed index q. Each pair's product
-//    gram(jj, ii, q) = Σ_k X(ti*T + ii, k) X(tj*T + jj, k) is written to the upper tile as is and,
-//    unless ti == tj, to the lower tile transposed, so the output is symmetric by construction.
-//    A diagonal tile is computed whole; its two triangles are the same sums of the same products
-//    in the same order, hence bitwise equal.
-//  * the edge strip, columns [c0, d) (the rest of X plus the ones column): edge(i, c) =
-//    Σ_k X̄(c0 + c, k) X̄(i, k) for every row i of C, written down the strip and mirrored along
-//    the rows. Where both i and c0 + c lie in the strip, the pair's two entries are the same
-//    products (x * 1 = 1 * x for the ones column) summed by the same code in the same order.
-//
-// Each tile pair is written to C right after it is computed, from a stack buffer: no temporary
-// of size O(d²) exists (fresh pages cost ~10 µs each on the VMs this runs on, more than the
-// arithmetic). The temporaries are the strip, d x (< kTile), and on the CPU X̄ packed by column
-// tiles, n x (c0 + kTile): glibc serves a block of a size it has just unmapped from its heap from then on
-// (its mmap threshold adapts), so repeated updates of one shape fault its pages in only once.
 class CovarianceUpdate : public Generator<CovarianceUpdate> {
 public:
-  // Halide infers bounds for the tile stage even when it has no tiles, and a tile would overhang a
-  // C narrower than kTile; X with fewer columns than that uses the variant built with
-  // tiled=false, which forms the small product whole.
+  // X narrower than one tile (hkfac::gen::kCovarianceTile columns) uses the variant built with
+  // tiled=false.
   GeneratorParam<bool> tiled{"tiled", true};
 
   Input<Buffer<float>> c_in{"c_in", 2};
@@ -45,16 +20,10 @@ public:
   Output<Buffer<float>> c_out{"c_out", 2};
 
   void generate() {
-    d = c_in.dim(0).extent();
-    dx = x.dim(0).extent();
-    n = x.dim(1).extent();
-    k = RDom(0, n, "k");
-    c_out(j, i) = undef<float>();
-    if (tiled) {
-      define_tiled();
-    } else {
-      define_small();
-    }
+    const Expr d = c_in.dim(0).extent(), dx = x.dim(0).extent(), n = x.dim(1).extent();
+    // X̄: X with ones past its last column (the homogeneous column, and the tiled form's padding).
+    Func xbar = BoundaryConditions::constant_exterior(x, 1.0f, {{0, dx}, {0, n}});
+    hkfac::gen::CovarianceTiles cov(tiled, c_out, c_in, x, xbar, d, dx, n, a, b);
 
     x.dim(0).set_min(0).dim(1).set_min(0);
     c_in.dim(0).set_min(0).dim(1).set_bounds(0, d);
@@ -66,203 +35,10 @@ public:
     b.set_estimate(0.05f);
 
     if (get_target().has_gpu_feature()) {
-      schedule_gpu();
+      cov.schedule_gpu();
     } else {
-      schedule_cpu();
+      cov.schedule_cpu(natural_vector_size<float>());
     }
-  }
-
-private:
-  Var i{"i"}, j{"j"}, c{"c"}, ii{"ii"}, jj{"jj"}, k_{"k_"}, q{"q"}, t{"t"};
-  Func xpack{"xpack"}, row_panel{"row_panel"}, col_panel{"col_panel"}, gram{"gram"}, edge{"edge"};
-  Func col_sum{"col_sum"};
-  Expr d, dx, n;
-  RDom k, tiles, strip_cols, strip_rows, all, ones_col, ones_row;
-
-  // Inverts q = tj (tj + 1) / 2 + ti through a float square root, then corrects it by one either
-  // way (exact for any realistic tile count). Clamped so bounds inference sees [0, nt).
-  static std::pair<Expr, Expr> tile_pair(Expr q, Expr nt) {
-    Expr t = cast<int>(floor((sqrt(8.0f * cast<float>(q) + 1.0f) - 1.0f) * 0.5f));
-    t = select(t * (t + 1) / 2 > q, t - 1, (t + 1) * (t + 2) / 2 <= q, t + 1, t);
-    Expr tj = clamp(t, 0, nt - 1);
-    Expr ti = clamp(q - tj * (tj + 1) / 2, 0, tj);
-    return {ti, tj};
-  }
-
-  void define_tiled() {
-    const Expr nt = dx / kTile, c0 = nt * kTile;
-
-    // Tile pairs: q -> (ti, tj), ti <= tj, with q = tj (tj + 1) / 2 + ti.
-    auto [ti, tj] = tile_pair(q, nt);
-    // X̄ by column tiles: xpack(ii, k, t) = X̄(t*T + ii, k), tile nt being the strip's columns
-    // padded with ones. On the CPU it is packed once per call so that every tile pair and the
-    // strip stream contiguous panels; on the GPU it stays inline.
-    Func xbar = BoundaryConditions::constant_exterior(x, 1.0f, {{0, dx}, {0, n}});
-    xpack(ii, k_, t) = xbar(t * kTile + ii, k_);
-    row_panel(ii, k_, q) = xpack(ii, k_, ti);
-    col_panel(jj, k_, q) = xpack(jj, k_, tj);
-    gram(jj, ii, q) = 0.0f;
-    gram(jj, ii, q) += row_panel(ii, k, q) * col_panel(jj, k, q);
-
-    // The strip against every row of X̄, the ones row (its column sums) included. Summed by a
-    // separate Func from packed X, the ones row differed in the last bits from its mirror, the
-    // ones column's entries (the sums' code had changed, not their terms); one Func for both
-    // keeps them equal.
-    edge(i, c) = 0.0f;
-    edge(i, c) += xpack(c, k, nt) * xpack(i % kTile, k, i / kTile);
-
-    tiles = RDom(0, kTile, 0, kTile, 0, 2, 0, nt * (nt + 1) / 2, "tiles");
-    RVar u = tiles[0], v = tiles[1], side = tiles[2], p = tiles[3];
-    auto [pi, pj] = tile_pair(p, nt);
-    const Expr upper = side == 0;
-    const Expr col = select(upper, pj, pi) * kTile + u;
-    const Expr row = select(upper, pi, pj) * kTile + v;
-    tiles.where(upper || pi < pj);
-    c_out(col, row) = a * c_in(col, row) + b * gram(select(upper, u, v), select(upper, v, u), p);
-
-    strip_cols = RDom(0, d - c0, 0, d, "strip_cols");
-    const Expr sx = strip_cols.x, sy = strip_cols.y;
-    c_out(c0 + sx, sy) =
-        a * c_in(c0 + sx, sy) + b * edge(sy, sx);
-    strip_rows = RDom(0, c0, 0, d - c0, "strip_rows");
-    c_out(strip_rows.x, c0 + strip_rows.y) =
-        a * c_in(strip_rows.x, c0 + strip_rows.y) + b * edge(strip_rows.x, strip_rows.y);
-  }
-
-  // Fewer than kTile columns: XᵀX whole (its two triangles are the same sums of the same
-  // products, bitwise), the ones column's entries from the column sums of X, and n in the corner.
-  void define_small() {
-    gram(j, i) = 0.0f;
-    gram(j, i) += x(j, k) * x(i, k);
-    col_sum(j) = 0.0f;
-    col_sum(j) += x(j, k);
-
-    all = RDom(0, dx, 0, dx, "all");
-    c_out(all.x, all.y) = a * c_in(all.x, all.y) + b * gram(all.x, all.y);
-    // The ones column (absent unless C is one wider than X), then the rest of the ones row.
-    ones_col = RDom(0, d - dx, 0, d, "ones_col");
-    const Expr last = dx + ones_col.x, r = ones_col.y;
-    c_out(last, r) =
-        a * c_in(last, r) + b * select(r < dx, col_sum(min(r, dx - 1)), cast<float>(n));
-    ones_row = RDom(0, dx, 0, d - dx, "ones_row");
-    c_out(ones_row.x, dx + ones_row.y) =
-        a * c_in(ones_row.x, dx + ones_row.y) + b * col_sum(ones_row.x);
-  }
-
-  void schedule_cpu() {
-    const int vec = natural_vector_size<float>();
-    Var jo{"jo"}, io{"io"}, ji{"ji"}, iin{"iin"};
-    if (!tiled) {
-      // Register blocks of one vector x 8 rows. Blocks shift inwards at X's right edge (their
-      // overlap recomputes equal values into the block buffer, never into C); X narrower than a
-      // vector takes a guarded copy of the same loops.
-      Func block = gram.in(c_out);
-      block.compute_root();
-      block.specialize(dx >= vec)
-          .tile(j, i, jo, io, ji, iin, vec, 8, TailStrategy::ShiftInwards)
-          .vectorize(ji)
-          .unroll(iin);
-      block.tile(j, i, jo, io, ji, iin, vec, 8, TailStrategy::GuardWithIf).vectorize(ji);
-      gram.compute_at(block, jo)
-          .vectorize(j, vec, TailStrategy::GuardWithIf)
-          .unroll(i, 8, TailStrategy::GuardWithIf);
-      gram.update()
-          .reorder(j, i, k)
-          .vectorize(j, vec, TailStrategy::GuardWithIf)
-          .unroll(i, 8, TailStrategy::GuardWithIf);
-      // Column sums by the same pattern: one register accumulator per vector of columns.
-      Func sums = col_sum.in(c_out);
-      sums.compute_root();
-      sums.specialize(dx >= vec).split(j, jo, ji, vec, TailStrategy::ShiftInwards).vectorize(ji);
-      sums.split(j, jo, ji, vec, TailStrategy::GuardWithIf).vectorize(ji);
-      col_sum.compute_at(sums, jo).vectorize(j, vec, TailStrategy::GuardWithIf);
-      col_sum.update().reorder(j, k).vectorize(j, vec, TailStrategy::GuardWithIf);
-      c_out.update(0).allow_race_conditions().vectorize(all.x, vec, TailStrategy::GuardWithIf);
-      c_out.update(1).unscheduled(); // a single column
-      c_out.update(2).allow_race_conditions().vectorize(ones_row.x, vec, TailStrategy::GuardWithIf);
-      return;
-    }
-    // Register block of the tile product: 2 vectors of columns x 8 rows = 16 accumulators, fed
-    // per k by 2 vector loads of one row of X and 8 broadcasts from another.
-    const int block_j = 2 * vec, block_i = 8;
-    RVar u = tiles[0], v = tiles[1], side = tiles[2], p = tiles[3];
-    // Tile pairs write disjoint parts of C, which Halide cannot prove; both cores take pairs.
-    // The mirrored side reads the pair's stack tile down its columns (a gather per vector from
-    // L1), which measured cheaper than staging the tile through Halide's nested-vector transpose.
-    c_out.update(0).allow_race_conditions().unroll(side).vectorize(u, vec).unroll(v, 4).parallel(p);
-    Func tile = gram.in(c_out);
-    tile.compute_at(c_out, p)
-        .bound(jj, 0, kTile)
-        .bound(ii, 0, kTile)
-        .tile(jj, ii, jo, io, ji, iin, block_j, block_i)
-        .reorder(ji, iin, jo, io)
-        .vectorize(ji, vec)
-        .unroll(ji)
-        .unroll(iin);
-    gram.compute_at(tile, jo).vectorize(jj, vec).unroll(jj).unroll(ii);
-    // The panels, packed once per call (c0 x n floats): read in place, each pair's two panels are
-    // 128 bytes from each of n rows a page apart, which the L2 prefetcher does not follow; packed,
-    // the tile products ran 1.6-1.8x faster at d=1001, n=1000 (apps/bench/kernels/
-    // profile_covariance.sh). Packing per pair instead repeats the copy for every pair.
-    xpack.compute_root().bound(ii, 0, kTile).vectorize(ii, vec).parallel(t);
-    gram.update().reorder(jj, ii, k).vectorize(jj, vec).unroll(jj).unroll(ii);
-    // The strip is under kTile columns wide (often just the ones column): for each strip column
-    // a block of kTile rows (2 vectors with AVX-512) accumulates in registers while k streams
-    // past; blocks of rows go to both cores.
-    Var io_edge{"io_edge"};
-    edge.compute_root().vectorize(i, vec);
-    // Blocks of rows are the packed tiles, so a block's rows are one contiguous panel.
-    edge.update()
-        .split(i, io_edge, i, kTile, TailStrategy::GuardWithIf)
-        .reorder(i, k, c, io_edge)
-        .vectorize(i, vec)
-        .unroll(i)
-        .parallel(io_edge);
-    c_out.update(1).allow_race_conditions().parallel(strip_cols.y, 32);
-    c_out.update(2).allow_race_conditions().vectorize(strip_rows.x, vec);
-  }
-
-  void schedule_gpu() {
-    Var io{"io"}, jo{"jo"}, iin{"iin"}, ji{"ji"};
-    RVar xo{"xo"}, yo{"yo"}, xi{"xi"}, yi{"yi"};
-    if (!tiled) {
-      // One thread per entry of the small product, accumulating in a register.
-      Func block = gram.in(c_out);
-      block.compute_root().gpu_tile(j, i, jo, io, ji, iin, 16, 16, TailStrategy::GuardWithIf);
-      gram.compute_at(block, ji);
-      col_sum.compute_root().gpu_tile(j, jo, ji, 32, TailStrategy::GuardWithIf);
-      col_sum.update().gpu_tile(j, jo, ji, 32, TailStrategy::GuardWithIf);
-      c_out.update(0).allow_race_conditions().gpu_tile(all.x, all.y, xo, yo, xi, yi, 16, 16,
-                                                       TailStrategy::GuardWithIf);
-      c_out.update(1).allow_race_conditions().gpu_tile(ones_col.y, yo, yi, 64,
-                                                       TailStrategy::GuardWithIf);
-      c_out.update(2).allow_race_conditions().gpu_tile(ones_row.x, xo, xi, 64,
-                                                       TailStrategy::GuardWithIf);
-      return;
-    }
-    RVar u = tiles[0], v = tiles[1], p = tiles[3];
-    RVar ko{"ko"}, ki{"ki"};
-    // One block per tile pair, one thread per element; both sides are written by the same
-    // threads in turn (the side loop stays serial inside the block).
-    c_out.update(0).allow_race_conditions().gpu_blocks(p).gpu_threads(u, v);
-    // The pair's product accumulates in shared memory, k in chunks of kTile rows whose two X
-    // panels are staged in shared memory by the block's threads before use.
-    gram.compute_at(c_out, p).store_in(MemoryType::GPUShared).gpu_threads(jj, ii);
-    gram.update()
-        .split(k, ko, ki, kTile, TailStrategy::GuardWithIf)
-        .reorder(ki, jj, ii, ko)
-        .gpu_threads(jj, ii);
-    for (Func panel : {row_panel, col_panel}) {
-      panel.compute_at(gram, ko)
-          .store_in(MemoryType::GPUShared)
-          .gpu_threads(panel.args()[0], panel.args()[1]);
-    }
-    edge.compute_root().gpu_tile(i, c, io, jo, iin, ji, 64, 4, TailStrategy::GuardWithIf);
-    edge.update().gpu_tile(i, c, io, jo, iin, ji, 64, 4, TailStrategy::GuardWithIf);
-    c_out.update(1).allow_race_conditions().gpu_tile(strip_cols.x, strip_cols.y, xo, yo, xi, yi, 4,
-                                                     64, TailStrategy::GuardWithIf);
-    c_out.update(2).allow_race_conditions().gpu_tile(strip_rows.x, strip_rows.y, xo, yo, xi, yi, 64,
-                                                     4, TailStrategy::GuardWithIf);
   }
 };
 

@@ -55,6 +55,31 @@ inline double rel_error(const Eigen::MatrixXd &a, const Eigen::MatrixXd &ref) {
   return (a - ref).cwiseAbs().maxCoeff() / scale;
 }
 
+// A random symmetric d x d matrix (the covariance updates' precondition on C).
+inline Buffer<float> random_symmetric(int d, unsigned seed) {
+  Buffer<float> c = random_matrix(d, d, seed);
+  auto m = as_eigen(c);
+  for (int i = 0; i < d; i++) {
+    for (int j = 0; j < i; j++)
+      m(j, i) = m(i, j);
+  }
+  return c;
+}
+
+// Success when every C(i, j) has the same bits as C(j, i); otherwise names the first pair.
+inline ::testing::AssertionResult exactly_symmetric(Buffer<float> &c) {
+  auto m = as_eigen(c);
+  for (int i = 0; i < m.rows(); i++) {
+    for (int j = 0; j < i; j++) {
+      if (m(i, j) != m(j, i)) {
+        return ::testing::AssertionFailure() << "C(" << i << ", " << j << ") = " << m(i, j)
+                                             << " but C(" << j << ", " << i << ") = " << m(j, i);
+      }
+    }
+  }
+  return ::testing::AssertionSuccess();
+}
+
 // Runs `call` and expects an hkfac::Error whose message names the argument as 'arg'.
 template <typename Call> void expect_error_naming(const char *arg, Call &&call) {
   try {

@@ -4,6 +4,7 @@
 #include "hkfac/kernels/dense.h"
 #include "hkfac/kernels/diagonal.h"
 #include "hkfac/kernels/gemm.h"
+#include "hkfac/kernels/patch_covariance.h"
 #include "hkfac/kernels/precondition.h"
 
 #include <memory>
@@ -73,6 +74,16 @@ TEST_P(UnalignedBuffers, EveryKernelMatchesItsAlignedRun) {
   kernels::covariance_update(C, X, 0.5f, 0.25f, true, Device::cpu);
   kernels::covariance_update(Cu, u.copy_of(X), 0.5f, 0.25f, true, Device::cpu);
   expect_same(C, Cu, "covariance_update");
+
+  // X's rows as 1 x d images of one channel, under a window up to 33 wide (tiled from 32).
+  kernels::PatchGeometry row;
+  row.height = 1, row.width = d, row.channels = 1, row.kernel_h = 1,
+  row.kernel_w = std::min(d + 2, 33), row.pad_w = 1;
+  Buffer<float> P = make_matrix<float>(row.patch_size() + 1, row.patch_size() + 1),
+                Pu = u.copy_of(P);
+  kernels::patch_covariance_update(P, X, row, 0.5f, 0.25f, true, Device::cpu);
+  kernels::patch_covariance_update(Pu, u.copy_of(X), row, 0.5f, 0.25f, true, Device::cpu);
+  expect_same(P, Pu, "patch_covariance_update");
 
   Buffer<float> G = make_matrix<float>(d, m), Gu = u.copy_of(G);
   kernels::gemm(G, X, kernels::Transpose::yes, dY, kernels::Transpose::no, 1.0f, 0.0f, Device::cpu);

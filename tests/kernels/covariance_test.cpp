@@ -6,20 +6,11 @@
 namespace hkfac {
 namespace {
 
+using testing::exactly_symmetric;
 using testing::random_matrix;
+using testing::random_symmetric;
 using testing::rel_error;
 using testing::to_eigen_d;
-
-// A random symmetric d x d matrix (the update's precondition on C).
-Buffer<float> random_symmetric(int d, unsigned seed) {
-  Buffer<float> c = random_matrix(d, d, seed);
-  auto m = as_eigen(c);
-  for (int i = 0; i < d; i++) {
-    for (int j = 0; j < i; j++)
-      m(j, i) = m(i, j);
-  }
-  return c;
-}
 
 // a*C + b*X̄ᵀX̄ in double, X̄ = [X, 1] when homogeneous.
 Eigen::MatrixXd reference(const Eigen::MatrixXd &c0, const Eigen::MatrixXd &x, double a, double b,
@@ -29,20 +20,6 @@ Eigen::MatrixXd reference(const Eigen::MatrixXd &c0, const Eigen::MatrixXd &x, d
   if (homogeneous)
     xbar.rightCols(1).setOnes();
   return a * c0 + b * xbar.transpose() * xbar;
-}
-
-// Success when every C(i, j) has the same bits as C(j, i); otherwise names the first pair.
-::testing::AssertionResult exactly_symmetric(Buffer<float> &c) {
-  auto m = as_eigen(c);
-  for (int i = 0; i < m.rows(); i++) {
-    for (int j = 0; j < i; j++) {
-      if (m(i, j) != m(j, i)) {
-        return ::testing::AssertionFailure() << "C(" << i << ", " << j << ") = " << m(i, j)
-                                             << " but C(" << j << ", " << i << ") = " << m(j, i);
-      }
-    }
-  }
-  return ::testing::AssertionSuccess();
 }
 
 class CovarianceKernels : public ::testing::TestWithParam<Device> {};

@@ -1,0 +1,273 @@
+// The covariance update's algorithm and schedules, C <- a*C + b*X̄ᵀX̄ with one triangle computed
+// and mirrored exactly. Shared by the generator over a matrix X (covariance.cpp) and the one over
+// the im2col patches of a batch of images (patch_covariance.cpp): they differ only in where X's
+// values come from.
+#pragma once
+
+#include <utility>
+
+#include "Halide.h"
+
+namespace hkfac::gen {
+
+// Width of the square tiles of X̄ᵀX̄; the runtime's dispatch uses the same value to pick the
+// untiled variant for X narrower than one tile.
+constexpr int kCovarianceTile = 32;
+
+// result = a * c_in + b * X̄ᵀX̄ for X (n rows x dx cols, x(col, row)) and X̄ = [X, 1]: X̄ has
+// c_in's width d, a column past X's being the ones (homogeneous) column, never materialised.
+// Homogeneity is read from the shapes rather than passed: one library serves both cases, and the
+// ones column is just the last column of the edge strip below. Every element of the result reads
+// only its own element of c_in, so the output may alias c_in (the dispatch always passes C as
+// both).
+//
+// The caller gives X twice: `x`, read only inside [0, dx) x [0, n), and `xbar`, X̄ over columns
+// [0, d + kTile) (ones past dx) and rows [0, n).
+//
+// Layout of the work over C (d x d), with nt = dx / kTile full tiles and c0 = nt * kTile:
+//  * [0, c0)²: tile pairs (ti <= tj) enumerated by one packed index q. Each pair's product
+//    gram(jj, ii, q) = Σ_k X(ti*T + ii, k) X(tj*T + jj, k) is written to the upper tile as is and,
+//    unless ti == tj, to the lower tile transposed, so the output is symmetric by construction.
+//    A diagonal tile is computed whole; its two triangles are the same sums of the same products
+//    in the same order, hence bitwise equal.
+//  * the edge strip, columns [c0, d) (the rest of X plus the ones column): edge(i, c) =
+//    Σ_k X̄(c0 + c, k) X̄(i, k) for every row i of C, written down the strip and mirrored along
+//    the rows. Where both i and c0 + c lie in the strip, the pair's two entries are the same
+//    products (x * 1 = 1 * x for the ones column) summed by the same code in the same order.
+//
+// Each tile pair is written to C right after it is computed, from a stack buffer: no temporary
+// of size O(d²) exists (fresh pages cost ~10 µs each on the VMs this runs on, more than the
+// arithmetic). The temporaries are the strip, d x (< kTile), and on the CPU X̄ packed by column
+// tiles, n x (c0 + kTile): glibc serves a block of a size it has just unmapped from its heap from
+// then on (its mmap threshold adapts), so repeated updates of one shape fault its pages in only
+// once.
+//
+// Halide infers bounds for the tile stage even when it has no tiles, and a tile would overhang a
+// C narrower than kTile: X with fewer columns than that uses the untiled form (tiled = false),
+// which forms the small product whole.
+class CovarianceTiles {
+public:
+  // Defines `out` (the generator's output, passed as its Func) from c_in, X and the scalars.
+  CovarianceTiles(bool tiled, Halide::Func out, Halide::Func c_in, Halide::Func x,
+                  Halide::Func xbar, Halide::Expr d, Halide::Expr dx, Halide::Expr n,
+                  Halide::Expr a, Halide::Expr b)
+      : result(std::move(out)), tiled_(tiled), c_in_(std::move(c_in)), d(std::move(d)),
+        dx(std::move(dx)), n(std::move(n)), a(std::move(a)), b(std::move(b)) {
+    using namespace Halide;
+    k = RDom(0, this->n, "k");
+    result(j, i) = undef<float>();
+    if (tiled_) {
+      define_tiled(xbar);
+    } else {
+      define_small(x);
+    }
+  }
+
+  // The output, as given.
+  Halide::Func result;
+  // X̄ packed by column tiles (tiled form only); on the CPU it is computed once per call, so an
+  // expensive X̄ (im2col) is evaluated once per element there.
+  Halide::Func xpack{"xpack"};
+
+  void schedule_cpu(int vec) {
+    using namespace Halide;
+    Var jo{"jo"}, io{"io"}, ji{"ji"}, iin{"iin"};
+    if (!tiled_) {
+      // Register blocks of one vector x 8 rows. Blocks shift inwards at X's right edge (their
+      // overlap recomputes equal values into the block buffer, never into C); X narrower than a
+      // vector takes a guarded copy of the same loops.
+      Func block = gram.in(result);
+      block.compute_root();
+      block.specialize(dx >= vec)
+          .tile(j, i, jo, io, ji, iin, vec, 8, TailStrategy::ShiftInwards)
+          .vectorize(ji)
+          .unroll(iin);
+      block.tile(j, i, jo, io, ji, iin, vec, 8, TailStrategy::GuardWithIf).vectorize(ji);
+      gram.compute_at(block, jo)
+          .vectorize(j, vec, TailStrategy::GuardWithIf)
+          .unroll(i, 8, TailStrategy::GuardWithIf);
+      gram.update()
+          .reorder(j, i, k)
+          .vectorize(j, vec, TailStrategy::GuardWithIf)
+          .unroll(i, 8, TailStrategy::GuardWithIf);
+      // Column sums by the same pattern: one register accumulator per vector of columns.
+      Func sums = col_sum.in(result);
+      sums.compute_root();
+      sums.specialize(dx >= vec).split(j, jo, ji, vec, TailStrategy::ShiftInwards).vectorize(ji);
+      sums.split(j, jo, ji, vec, TailStrategy::GuardWithIf).vectorize(ji);
+      col_sum.compute_at(sums, jo).vectorize(j, vec, TailStrategy::GuardWithIf);
+      col_sum.update().reorder(j, k).vectorize(j, vec, TailStrategy::GuardWithIf);
+      result.update(0).allow_race_conditions().vectorize(all.x, vec, TailStrategy::GuardWithIf);
+      result.update(1).unscheduled(); // a single column
+      result.update(2).allow_race_conditions().vectorize(ones_row.x, vec,
+                                                         TailStrategy::GuardWithIf);
+      return;
+    }
+    // Register block of the tile product: 2 vectors of columns x 8 rows = 16 accumulators, fed
+    // per k by 2 vector loads of one row of X and 8 broadcasts from another.
+    const int block_j = 2 * vec, block_i = 8;
+    RVar u = tiles[0], v = tiles[1], side = tiles[2], p = tiles[3];
+    // Tile pairs write disjoint parts of C, which Halide cannot prove; both cores take pairs.
+    // The mirrored side reads the pair's stack tile down its columns (a gather per vector from
+    // L1), which measured cheaper than staging the tile through Halide's nested-vector transpose.
+    result.update(0).allow_race_conditions().unroll(side).vectorize(u, vec).unroll(v, 4).parallel(
+        p);
+    Func tile = gram.in(result);
+    tile.compute_at(result, p)
+        .bound(jj, 0, kCovarianceTile)
+        .bound(ii, 0, kCovarianceTile)
+        .tile(jj, ii, jo, io, ji, iin, block_j, block_i)
+        .reorder(ji, iin, jo, io)
+        .vectorize(ji, vec)
+        .unroll(ji)
+        .unroll(iin);
+    gram.compute_at(tile, jo).vectorize(jj, vec).unroll(jj).unroll(ii);
+    // The panels, packed once per call (c0 x n floats): read in place, each pair's two panels are
+    // 128 bytes from each of n rows a page apart, which the L2 prefetcher does not follow; packed,
+    // the tile products ran 1.6-1.8x faster at d=1001, n=1000 (apps/bench/kernels/
+    // profile_covariance.sh). Packing per pair instead repeats the copy for every pair.
+    xpack.compute_root().bound(ii, 0, kCovarianceTile).vectorize(ii, vec).parallel(t);
+    gram.update().reorder(jj, ii, k).vectorize(jj, vec).unroll(jj).unroll(ii);
+    // The strip is under kTile columns wide (often just the ones column): for each strip column
+    // a block of kTile rows (2 vectors with AVX-512) accumulates in registers while k streams
+    // past; blocks of rows go to both cores.
+    Var io_edge{"io_edge"};
+    edge.compute_root().vectorize(i, vec);
+    // Blocks of rows are the packed tiles, so a block's rows are one contiguous panel.
+    edge.update()
+        .split(i, io_edge, i, kCovarianceTile, TailStrategy::GuardWithIf)
+        .reorder(i, k, c, io_edge)
+        .vectorize(i, vec)
+        .unroll(i)
+        .parallel(io_edge);
+    result.update(1).allow_race_conditions().parallel(strip_cols.y, 32);
+    result.update(2).allow_race_conditions().vectorize(strip_rows.x, vec);
+  }
+
+  void schedule_gpu() {
+    using namespace Halide;
+    Var io{"io"}, jo{"jo"}, iin{"iin"}, ji{"ji"};
+    RVar xo{"xo"}, yo{"yo"}, xi{"xi"}, yi{"yi"};
+    if (!tiled_) {
+      // One thread per entry of the small product, accumulating in a register.
+      Func block = gram.in(result);
+      block.compute_root().gpu_tile(j, i, jo, io, ji, iin, 16, 16, TailStrategy::GuardWithIf);
+      gram.compute_at(block, ji);
+      col_sum.compute_root().gpu_tile(j, jo, ji, 32, TailStrategy::GuardWithIf);
+      col_sum.update().gpu_tile(j, jo, ji, 32, TailStrategy::GuardWithIf);
+      result.update(0).allow_race_conditions().gpu_tile(all.x, all.y, xo, yo, xi, yi, 16, 16,
+                                                        TailStrategy::GuardWithIf);
+      result.update(1).allow_race_conditions().gpu_tile(ones_col.y, yo, yi, 64,
+                                                        TailStrategy::GuardWithIf);
+      result.update(2).allow_race_conditions().gpu_tile(ones_row.x, xo, xi, 64,
+                                                        TailStrategy::GuardWithIf);
+      return;
+    }
+    RVar u = tiles[0], v = tiles[1], p = tiles[3];
+    RVar ko{"ko"}, ki{"ki"};
+    // One block per tile pair, one thread per element; both sides are written by the same
+    // threads in turn (the side loop stays serial inside the block).
+    result.update(0).allow_race_conditions().gpu_blocks(p).gpu_threads(u, v);
+    // The pair's product accumulates in shared memory, k in chunks of kTile rows whose two X
+    // panels are staged in shared memory by the block's threads before use.
+    gram.compute_at(result, p).store_in(MemoryType::GPUShared).gpu_threads(jj, ii);
+    gram.update()
+        .split(k, ko, ki, kCovarianceTile, TailStrategy::GuardWithIf)
+        .reorder(ki, jj, ii, ko)
+        .gpu_threads(jj, ii);
+    for (Func panel : {row_panel, col_panel}) {
+      panel.compute_at(gram, ko)
+          .store_in(MemoryType::GPUShared)
+          .gpu_threads(panel.args()[0], panel.args()[1]);
+    }
+    edge.compute_root().gpu_tile(i, c, io, jo, iin, ji, 64, 4, TailStrategy::GuardWithIf);
+    edge.update().gpu_tile(i, c, io, jo, iin, ji, 64, 4, TailStrategy::GuardWithIf);
+    result.update(1).allow_race_conditions().gpu_tile(strip_cols.x, strip_cols.y, xo, yo, xi, yi, 4,
+                                                      64, TailStrategy::GuardWithIf);
+    result.update(2).allow_race_conditions().gpu_tile(strip_rows.x, strip_rows.y, xo, yo, xi, yi,
+                                                      64, 4, TailStrategy::GuardWithIf);
+  }
+
+private:
+  bool tiled_;
+  Halide::Func c_in_;
+  Halide::Var i{"i"}, j{"j"}, c{"c"}, ii{"ii"}, jj{"jj"}, k_{"k_"}, q{"q"}, t{"t"};
+  Halide::Func row_panel{"row_panel"}, col_panel{"col_panel"}, gram{"gram"}, edge{"edge"};
+  Halide::Func col_sum{"col_sum"};
+  Halide::Expr d, dx, n, a, b;
+  Halide::RDom k, tiles, strip_cols, strip_rows, all, ones_col, ones_row;
+
+  // Inverts q = tj (tj + 1) / 2 + ti through a float square root, then corrects it by one either
+  // way (exact for any realistic tile count). Clamped so bounds inference sees [0, nt).
+  static std::pair<Halide::Expr, Halide::Expr> tile_pair(Halide::Expr q, Halide::Expr nt) {
+    using namespace Halide;
+    Expr t = cast<int>(floor((sqrt(8.0f * cast<float>(q) + 1.0f) - 1.0f) * 0.5f));
+    t = select(t * (t + 1) / 2 > q, t - 1, (t + 1) * (t + 2) / 2 <= q, t + 1, t);
+    Expr tj = clamp(t, 0, nt - 1);
+    Expr ti = clamp(q - tj * (tj + 1) / 2, 0, tj);
+    return {ti, tj};
+  }
+
+  void define_tiled(Halide::Func xbar) {
+    using namespace Halide;
+    constexpr int T = kCovarianceTile;
+    const Expr nt = dx / T, c0 = nt * T;
+
+    // Tile pairs: q -> (ti, tj), ti <= tj, with q = tj (tj + 1) / 2 + ti.
+    auto [ti, tj] = tile_pair(q, nt);
+    // X̄ by column tiles: xpack(ii, k, t) = X̄(t*T + ii, k), tile nt being the strip's columns
+    // padded with ones. On the CPU it is packed once per call so that every tile pair and the
+    // strip stream contiguous panels; on the GPU it stays inline.
+    xpack(ii, k_, t) = xbar(t * T + ii, k_);
+    row_panel(ii, k_, q) = xpack(ii, k_, ti);
+    col_panel(jj, k_, q) = xpack(jj, k_, tj);
+    gram(jj, ii, q) = 0.0f;
+    gram(jj, ii, q) += row_panel(ii, k, q) * col_panel(jj, k, q);
+
+    // The strip against every row of X̄, the ones row (its column sums) included. Summed by a
+    // separate Func from packed X, the ones row differed in the last bits from its mirror, the
+    // ones column's entries (the sums' code had changed, not their terms); one Func for both
+    // keeps them equal.
+    edge(i, c) = 0.0f;
+    edge(i, c) += xpack(c, k, nt) * xpack(i % T, k, i / T);
+
+    tiles = RDom(0, T, 0, T, 0, 2, 0, nt * (nt + 1) / 2, "tiles");
+    RVar u = tiles[0], v = tiles[1], side = tiles[2], p = tiles[3];
+    auto [pi, pj] = tile_pair(p, nt);
+    const Expr upper = side == 0;
+    const Expr col = select(upper, pj, pi) * T + u;
+    const Expr row = select(upper, pi, pj) * T + v;
+    tiles.where(upper || pi < pj);
+    result(col, row) = a * c_in_(col, row) + b * gram(select(upper, u, v), select(upper, v, u), p);
+
+    strip_cols = RDom(0, d - c0, 0, d, "strip_cols");
+    const Expr sx = strip_cols.x, sy = strip_cols.y;
+    result(c0 + sx, sy) = a * c_in_(c0 + sx, sy) + b * edge(sy, sx);
+    strip_rows = RDom(0, c0, 0, d - c0, "strip_rows");
+    result(strip_rows.x, c0 + strip_rows.y) =
+        a * c_in_(strip_rows.x, c0 + strip_rows.y) + b * edge(strip_rows.x, strip_rows.y);
+  }
+
+  // Fewer than kTile columns: XᵀX whole (its two triangles are the same sums of the same
+  // products, bitwise), the ones column's entries from the column sums of X, and n in the corner.
+  void define_small(Halide::Func x) {
+    using namespace Halide;
+    gram(j, i) = 0.0f;
+    gram(j, i) += x(j, k) * x(i, k);
+    col_sum(j) = 0.0f;
+    col_sum(j) += x(j, k);
+
+    all = RDom(0, dx, 0, dx, "all");
+    result(all.x, all.y) = a * c_in_(all.x, all.y) + b * gram(all.x, all.y);
+    // The ones column (absent unless C is one wider than X), then the rest of the ones row.
+    ones_col = RDom(0, d - dx, 0, d, "ones_col");
+    const Expr last = dx + ones_col.x, r = ones_col.y;
+    result(last, r) =
+        a * c_in_(last, r) + b * select(r < dx, col_sum(min(r, dx - 1)), cast<float>(n));
+    ones_row = RDom(0, dx, 0, d - dx, "ones_row");
+    result(ones_row.x, dx + ones_row.y) =
+        a * c_in_(ones_row.x, dx + ones_row.y) + b * col_sum(ones_row.x);
+  }
+};
+
+} // namespace hkfac::gen
