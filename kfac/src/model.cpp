@@ -49,8 +49,15 @@ int tag_param_count(const LayerTag &tag, const std::vector<ParamShape> &shapes) 
 
 Matrix per_example_gradients(const LayerTag &tag, const Matrix &inputs, const Matrix &output_grads,
                              Eigen::Index batch_size) {
-  const Matrix &x = inputs, &dy = output_grads;
+  Matrix patches;
+  const Matrix &x = tag.kind == TagKind::conv2d ? tag_input_rows(tag, inputs, patches) : inputs;
+  const Matrix &dy = output_grads;
   const Eigen::Index batch = dy.rows();
+  if (tag.kind != TagKind::generic && x.rows() != batch) {
+    throw Error("per_example_gradients: tag '" + tag.name + "' recorded " +
+                std::to_string(x.rows()) + " input rows (after im2col for images) but " +
+                std::to_string(batch) + " output-gradient rows");
+  }
   switch (tag.kind) {
   case TagKind::generic:
     return dy;

@@ -12,7 +12,9 @@
 #include "hkfac/kernels/covariance.h"
 #include "hkfac/kernels/diagonal.h"
 #include "hkfac/kernels/gemm.h"
+#include "hkfac/kernels/patch_covariance.h"
 #include "hkfac/kernels/precondition.h"
+#include "hkfac/kfac/model.h"
 
 namespace hkfac::kfac::ops {
 namespace {
@@ -132,6 +134,20 @@ void covariance_update(Matrix &C, const Matrix &X, float a, float b, bool homoge
     C.block(0, n, n, 1) += b * col_sums.transpose();
     C(n, n) += b * static_cast<float>(X.rows());
   }
+#endif
+}
+
+void patch_covariance_update(Matrix &C, const Matrix &images, const kernels::PatchGeometry &g,
+                             float a, float b, bool homogeneous) {
+  expect_nonempty(images, "patch_covariance_update", "images");
+#if HKFAC_KFAC_HAVE_PATCH_COVARIANCE
+  const Eigen::Index d = g.patch_size() + (homogeneous ? 1 : 0);
+  expect_shape(C, d, d, "patch_covariance_update", "C");
+  OutputArg c(C, false, true);
+  kernels::patch_covariance_update(c.buffer, matrix_view(images), g, a, b, homogeneous);
+  c.commit("patch_covariance_update C");
+#else
+  covariance_update(C, im2col(images, g), a, b, homogeneous);
 #endif
 }
 

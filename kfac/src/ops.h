@@ -9,6 +9,7 @@
 #pragma once
 
 #include "hkfac/kernels/dense.h"
+#include "hkfac/kernels/patch_covariance.h"
 #include "hkfac/kfac/types.h"
 
 namespace hkfac::kfac::ops {
@@ -24,6 +25,11 @@ void dense_backward(Matrix &dZ, Matrix &dX, Matrix &dW, Matrix &db, const Matrix
 
 // C <- a*C + b*X̄ᵀX̄ with X̄ = [X, 1] when `homogeneous`.
 void covariance_update(Matrix &C, const Matrix &X, float a, float b, bool homogeneous);
+
+// C <- a*C + b*P̄ᵀP̄ for the patches P of `images` under `g` (Conv2D's input factor), P̄ = [P, 1]
+// when `homogeneous`; the patches are never formed when the kernel group is built.
+void patch_covariance_update(Matrix &C, const Matrix &images, const kernels::PatchGeometry &g,
+                             float a, float b, bool homogeneous);
 
 // U = A_inv V G_inv (U is resized; must not alias V).
 void kron_precondition(Matrix &U, const Matrix &A_inv, const Matrix &V, const Matrix &G_inv);

@@ -381,6 +381,96 @@ TEST(kfacBlocks, Conv2DBlockWithPerBatchLocationsWeighsEachBatchByItsOwnT) {
       hkfac::Error);
 }
 
+// A conv2d tag with a geometry records images; its blocks must see exactly the curvature they see
+// from the patch rows of a plain conv2d tag. The KFC block reads the images with the patch
+// covariance kernel, the others through im2col, so this checks the kernel's index arithmetic
+// against the library's im2col, below and above the kernel's 32-column tile.
+TEST(kfacBlocks, Conv2DImageRecordsGiveTheCurvatureOfTheirPatches) {
+  struct Geo {
+    int h, w, c, k, stride, pad, dout;
+  };
+  for (const Geo &geo :
+       {Geo{4, 4, 2, 3, 1, 1, 2}, Geo{5, 6, 4, 3, 2, 1, 3}, Geo{3, 3, 1, 3, 1, 0, 2}}) {
+    kernels::PatchGeometry g;
+    g.height = geo.h, g.width = geo.w, g.channels = geo.c, g.kernel_h = g.kernel_w = geo.k;
+    g.stride_h = g.stride_w = geo.stride, g.pad_h = g.pad_w = geo.pad;
+    TagFixture patches;
+    patches.tag.kind = TagKind::conv2d;
+    patches.tag.name = "conv";
+    patches.tag.has_bias = true;
+    patches.tag.params = {0, 1};
+    patches.tag.input_dim = g.patch_size();
+    patches.tag.output_dim = geo.dout;
+    patches.tag.locations = g.locations();
+    patches.shapes = {{g.patch_size(), geo.dout, "kernel"}, {1, geo.dout, "b"}};
+    TagFixture images = patches;
+    images.tag.geometry = g;
+    std::mt19937 rng(80 + geo.h);
+    images.inputs = random_matrix(B, g.image_size(), rng);
+    patches.inputs = im2col(images.inputs, g);
+    for (int k = 0; k < 2; ++k)
+      images.grads.push_back(random_matrix(B * g.locations(), geo.dout, rng));
+    patches.grads = images.grads;
+    for (BlockKind kind : {BlockKind::conv2d_two_kronecker_factored, BlockKind::naive_diagonal,
+                           BlockKind::naive_full}) {
+      auto from_images = make_block(kind, images.tag, images.shapes);
+      auto from_patches = make_block(kind, patches.tag, patches.shapes);
+      from_images->init();
+      from_patches->init();
+      for (float ema_old : {0.0f, 0.9f}) {
+        from_images->update_curvature_estimate(ema_old, 1.0f, batch_of(images));
+        from_patches->update_curvature_estimate(ema_old, 1.0f, batch_of(patches));
+      }
+      EXPECT_LT(rel_err(from_images->full_curvature(), from_patches->full_curvature()), 1e-5)
+          << from_images->name() << " patch size " << g.patch_size();
+    }
+  }
+}
+
+TEST(kfacBlocks, Conv2DGeometryMustAgreeWithTheTagAndTheRecord) {
+  kernels::PatchGeometry g;
+  g.height = g.width = 4, g.channels = 2, g.kernel_h = g.kernel_w = 3, g.pad_h = g.pad_w = 1;
+  TagFixture f;
+  f.tag.kind = TagKind::conv2d;
+  f.tag.name = "conv";
+  f.tag.params = {0};
+  f.tag.input_dim = g.patch_size();
+  f.tag.locations = g.locations();
+  f.tag.geometry = g;
+  f.shapes = {{g.patch_size(), 2, "kernel"}};
+  auto expect_error = [](const std::string &needle, auto &&call) {
+    try {
+      call();
+      ADD_FAILURE() << "expected hkfac::Error mentioning " << needle;
+    } catch (const Error &e) {
+      EXPECT_NE(std::string(e.what()).find(needle), std::string::npos) << e.what();
+    }
+  };
+  // A record of patches where images are expected.
+  std::mt19937 rng(90);
+  f.inputs = random_matrix(B * g.locations(), g.patch_size(), rng);
+  f.grads = {random_matrix(B * g.locations(), 2, rng)};
+  auto block = make_block(BlockKind::conv2d_two_kronecker_factored, f.tag, f.shapes);
+  block->init();
+  expect_error("'batch.inputs' must be the images",
+               [&] { block->update_curvature_estimate(0.0f, 1.0f, batch_of(f)); });
+  auto diag = make_block(BlockKind::naive_diagonal, f.tag, f.shapes);
+  diag->init();
+  expect_error("'images'", [&] { diag->update_curvature_estimate(0.0f, 1.0f, batch_of(f)); });
+  // Tags that contradict their geometry, or a geometry on a dense tag.
+  TagFixture bad = f;
+  bad.tag.locations = 4;
+  expect_error("disagree with its geometry",
+               [&] { make_block(BlockKind::conv2d_two_kronecker_factored, bad.tag, bad.shapes); });
+  bad = f;
+  bad.tag.geometry->stride_h = 0;
+  expect_error("stride_h", [&] { make_block(BlockKind::naive_diagonal, bad.tag, bad.shapes); });
+  bad = f;
+  bad.tag.kind = TagKind::dense;
+  expect_error("only conv2d tags",
+               [&] { make_block(BlockKind::naive_diagonal, bad.tag, bad.shapes); });
+}
+
 TEST(kfacBlocks, FactoryRejectsBlocksThatCannotHandleTheTag) {
   TagFixture s = scale_and_shift_fixture(3, 1);
   EXPECT_THROW(make_block(BlockKind::dense_two_kronecker_factored, s.tag, s.shapes), Error);

@@ -140,12 +140,17 @@ TEST(kfacLayers, Conv2DForwardBackwardAndJvpMatchFiniteDifferences) {
           << "param " << t << " element " << e;
     }
   }
-  // The conv2d tag records B·T patch rows; its per-example gradients sum to the batch gradient.
+  // The conv2d tag carries the layer's geometry and records the input images (B rows), and B·T
+  // rows of output gradients; its per-example gradients sum to the batch gradient.
   const LayerTag &tag = model.tags()[0];
   EXPECT_EQ(tag.kind, TagKind::conv2d);
   EXPECT_EQ(tag.locations, 6);
+  ASSERT_TRUE(tag.geometry.has_value());
+  EXPECT_EQ(tag.geometry->locations(), 6);
+  EXPECT_EQ(tag.geometry->patch_size(), tag.input_dim);
   const TagRecord &rec = model.record(0);
-  EXPECT_EQ(rec.inputs.rows(), 18);
+  EXPECT_EQ(rec.inputs, batch.inputs);
+  EXPECT_EQ(rec.output_grads.rows(), 18);
   const Matrix per = per_example_gradients(tag, rec.inputs, rec.output_grads);
   ASSERT_EQ(per.rows(), 3);
   const Matrix summed = per.colwise().sum();
@@ -167,6 +172,27 @@ TEST(kfacLayers, Conv2DForwardBackwardAndJvpMatchFiniteDifferences) {
   }
   EXPECT_LT(rel_err(jv.cast<double>(), (forward(net, pp, x) - forward(net, pm, x)) / (2 * h)),
             1e-4);
+}
+
+// col2im is im2col's adjoint: <im2col(x), P> = <x, col2im(P)> for any images x and patches P,
+// with strides and padding that leave pixels unread and windows overhanging the image.
+TEST(kfacLayers, Col2imIsTheAdjointOfIm2col) {
+  kernels::PatchGeometry g;
+  g.height = 5, g.width = 6, g.channels = 3, g.kernel_h = 3, g.kernel_w = 2;
+  g.stride_h = 2, g.stride_w = 3, g.pad_h = 1, g.pad_w = 0;
+  std::mt19937 rng(33);
+  const Matrix x = random_matrix(4, g.image_size(), rng);
+  const Matrix p = random_matrix(4 * g.locations(), g.patch_size(), rng);
+  const Matrix px = im2col(x, g), cp = col2im(p, g);
+  ASSERT_EQ(px.rows(), p.rows());
+  ASSERT_EQ(cp.cols(), x.cols());
+  const double lhs = px.cast<double>().cwiseProduct(p.cast<double>()).sum();
+  const double rhs = x.cast<double>().cwiseProduct(cp.cast<double>()).sum();
+  // col2im sums in float: the tolerance scales with the sum of the terms' magnitudes.
+  const double scale = px.cast<double>().cwiseProduct(p.cast<double>()).cwiseAbs().sum();
+  EXPECT_NEAR(lhs, rhs, 1e-6 * scale);
+  EXPECT_THROW(im2col(random_matrix(4, g.image_size() + 1, rng), g), Error);
+  EXPECT_THROW(col2im(random_matrix(3, g.patch_size(), rng), g), Error);
 }
 
 TEST(kfacLayers, TagsDeclareKindsNamesAndParameters) {

@@ -14,6 +14,7 @@ CurvatureBlock::CurvatureBlock(LayerTag tag, const std::vector<ParamShape> &mode
     : tag_(std::move(tag)) {
   if (tag_.params.empty())
     throw Error("curvature block: tag '" + tag_.name + "' has no params");
+  validate_tag_geometry(tag_);
   for (int i : tag_.params) {
     if (i < 0 || i >= static_cast<int>(model_shapes.size())) {
       throw Error("curvature block: tag '" + tag_.name + "' names parameter " + std::to_string(i) +
@@ -33,10 +34,14 @@ void CurvatureBlock::for_each_gradient_pass(
     const std::function<void(const Matrix &g, float decay, float weight)> &update) const {
   const float per_example = ema_new / static_cast<float>(batch.batch_size);
   const Matrix no_inputs;
+  // Images are turned into patches once for all passes; the passes then see a patch record.
+  Matrix patches;
+  const Matrix &inputs = tag_input_rows(tag(), batch.inputs ? *batch.inputs : no_inputs, patches);
+  LayerTag patch_tag = tag();
+  patch_tag.geometry.reset();
   float decay = ema_old;
   for (const Matrix &dy : batch.output_grads) {
-    const Matrix g = per_example_gradients(tag(), batch.inputs ? *batch.inputs : no_inputs, dy,
-                                           batch.batch_size);
+    const Matrix g = per_example_gradients(patch_tag, inputs, dy, batch.batch_size);
     if (g.cols() != dim()) {
       fail("update_curvature_estimate: per-example gradients have " + std::to_string(g.cols()) +
            " columns, the block covers " + std::to_string(dim()) + " parameters");

@@ -61,6 +61,11 @@ DenseTwoKroneckerFactored::DenseTwoKroneckerFactored(const LayerTag &tag,
   }
   d_in_ = s[0].rows;
   d_out_ = s[0].cols;
+  if (tag.geometry && tag.geometry->patch_size() != d_in_) {
+    throw Error("Conv2DTwoKroneckerFactored: tag '" + tag.name + "': the kernel has " +
+                std::to_string(d_in_) + " rows, its geometry's patches " +
+                std::to_string(tag.geometry->patch_size()) + " columns");
+  }
   reset();
 }
 
@@ -76,15 +81,26 @@ Matrix DenseTwoKroneckerFactored::factor_g() const { return g_sum_ * inverse_wei
 
 void DenseTwoKroneckerFactored::accumulate(float ema_old, float ema_new, const BlockBatch &batch) {
   const Eigen::Index rows = batch.output_grads.front().rows();
-  if (!batch.inputs || batch.inputs->rows() != rows || batch.inputs->cols() != d_in_) {
-    fail("update_curvature_estimate: 'batch.inputs' must be " + std::to_string(rows) + " x " +
-         std::to_string(d_in_));
+  // A conv2d tag with a geometry records one image per example, other tags one input row per
+  // output-gradient row.
+  const kernels::PatchGeometry *images = tag().geometry ? &*tag().geometry : nullptr;
+  const Eigen::Index in_rows = images ? batch.batch_size : rows;
+  const Eigen::Index in_cols = images ? images->image_size() : d_in_;
+  if (!batch.inputs || batch.inputs->rows() != in_rows || batch.inputs->cols() != in_cols) {
+    fail(std::string("update_curvature_estimate: 'batch.inputs' must be ") +
+         (images ? "the images, " : "") + std::to_string(in_rows) + " x " +
+         std::to_string(in_cols));
   }
   // KFC (Grosse & Martens 2016): A sums over an example's locations and averages over examples;
   // G averages over both. Weighting each batch by its own T keeps this right when T varies.
   const float per_example_a = ema_new / static_cast<float>(batch.batch_size);
   const float per_example = ema_new / static_cast<float>(rows);
-  ops::covariance_update(a_sum_, *batch.inputs, ema_old, per_example_a, tag().has_bias);
+  if (images) {
+    ops::patch_covariance_update(a_sum_, *batch.inputs, *images, ema_old, per_example_a,
+                                 tag().has_bias);
+  } else {
+    ops::covariance_update(a_sum_, *batch.inputs, ema_old, per_example_a, tag().has_bias);
+  }
   float decay = ema_old;
   for (const Matrix &ds : batch.output_grads) {
     if (ds.cols() != d_out_) {

@@ -16,12 +16,13 @@ Conv2D::Conv2D(int height, int width, int in_channels, int out_channels, int ker
       stride < 1 || padding < 0) {
     throw Error("Conv2D: sizes, kernel_size and stride must be >= 1 and padding >= 0");
   }
-  out_h_ = (h_ + 2 * pad_ - k_) / stride_ + 1;
-  out_w_ = (w_ + 2 * pad_ - k_) / stride_ + 1;
-  if (h_ + 2 * pad_ < k_ || w_ + 2 * pad_ < k_) {
-    throw Error("Conv2D: kernel_size " + std::to_string(k_) + " exceeds the padded image " +
-                std::to_string(h_ + 2 * pad_) + " x " + std::to_string(w_ + 2 * pad_));
-  }
+  geometry_.height = h_, geometry_.width = w_, geometry_.channels = c_;
+  geometry_.kernel_h = geometry_.kernel_w = k_;
+  geometry_.stride_h = geometry_.stride_w = stride_;
+  geometry_.pad_h = geometry_.pad_w = pad_;
+  geometry_.validate("Conv2D"); // names the kernel that exceeds the padded image, or overflow
+  out_h_ = geometry_.out_h();
+  out_w_ = geometry_.out_w();
 }
 
 std::vector<ParamShape> Conv2D::param_shapes() const {
@@ -58,58 +59,8 @@ std::optional<LayerTag> Conv2D::tag() const {
   t.input_dim = k_ * k_ * c_;
   t.output_dim = out_c_;
   t.locations = out_h_ * out_w_;
+  t.geometry = geometry_;
   return t;
-}
-
-Matrix Conv2D::im2col(const Matrix &x) const {
-  const Eigen::Index B = x.rows(), T = out_h_ * out_w_;
-  Matrix p = Matrix::Zero(B * T, k_ * k_ * c_);
-  for (Eigen::Index i = 0; i < B; ++i) {
-    for (int oh = 0; oh < out_h_; ++oh) {
-      for (int ow = 0; ow < out_w_; ++ow) {
-        float *row = p.row(i * T + oh * out_w_ + ow).data();
-        for (int kh = 0; kh < k_; ++kh) {
-          const int ih = oh * stride_ - pad_ + kh;
-          if (ih < 0 || ih >= h_)
-            continue;
-          for (int kw = 0; kw < k_; ++kw) {
-            const int iw = ow * stride_ - pad_ + kw;
-            if (iw < 0 || iw >= w_)
-              continue;
-            const float *src = x.row(i).data() + (ih * w_ + iw) * c_;
-            std::copy(src, src + c_, row + (kh * k_ + kw) * c_);
-          }
-        }
-      }
-    }
-  }
-  return p;
-}
-
-Matrix Conv2D::col2im(const Matrix &cols) const {
-  const Eigen::Index T = out_h_ * out_w_, B = cols.rows() / T;
-  Matrix x = Matrix::Zero(B, h_ * w_ * c_);
-  for (Eigen::Index i = 0; i < B; ++i) {
-    for (int oh = 0; oh < out_h_; ++oh) {
-      for (int ow = 0; ow < out_w_; ++ow) {
-        const float *row = cols.row(i * T + oh * out_w_ + ow).data();
-        for (int kh = 0; kh < k_; ++kh) {
-          const int ih = oh * stride_ - pad_ + kh;
-          if (ih < 0 || ih >= h_)
-            continue;
-          for (int kw = 0; kw < k_; ++kw) {
-            const int iw = ow * stride_ - pad_ + kw;
-            if (iw < 0 || iw >= w_)
-              continue;
-            float *dst = x.row(i).data() + (ih * w_ + iw) * c_;
-            for (int c = 0; c < c_; ++c)
-              dst[c] += row[(kh * k_ + kw) * c_ + c];
-          }
-        }
-      }
-    }
-  }
-  return x;
 }
 
 namespace {
@@ -120,10 +71,11 @@ Matrix reshaped(const Matrix &m, Eigen::Index rows, Eigen::Index cols) {
 } // namespace
 
 Matrix Conv2D::forward(const Matrix *params, const Matrix &x, TagRecord *record) {
-  patches_ = im2col(x);
+  patches_ = im2col(x, geometry_);
   ops::dense_forward(y_, patches_, params[0], use_bias_ ? &params[1] : nullptr, act_);
+  // The images, not the patches: k·k times smaller, and what the patch covariance kernel reads.
   if (record)
-    record->inputs = patches_;
+    record->inputs = x;
   return reshaped(y_, x.rows(), static_cast<Eigen::Index>(out_h_) * out_w_ * out_c_);
 }
 
@@ -136,12 +88,12 @@ Matrix Conv2D::backward(const Matrix *params, const Matrix &dy, Matrix *grads, T
     grads[1] += db;
   if (record)
     record->output_grads = std::move(dz);
-  return col2im(dpatches);
+  return col2im(dpatches, geometry_);
 }
 
 Matrix Conv2D::jvp(const Matrix *params, const Matrix *tangents, const Matrix &dx) {
   const Matrix ds = detail::affine_jvp(
-      dx, [&] { return im2col(dx); }, patches_, params[0], tangents[0],
+      dx, [&] { return im2col(dx, geometry_); }, patches_, params[0], tangents[0],
       use_bias_ ? &tangents[1] : nullptr, y_, act_);
   return reshaped(ds, dx.rows(), static_cast<Eigen::Index>(out_h_) * out_w_ * out_c_);
 }

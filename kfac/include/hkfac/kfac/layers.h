@@ -68,8 +68,10 @@ private:
 // A 2-D convolution over NHWC images, each example one row of height·width·channels values
 // (row-major over (h, w, c)); the output is laid out the same way (out_h, out_w, out_channels).
 // Zero padding of `padding` on every side, square kernel and stride. It runs as a dense layer over
-// image patches (im2col): the fused dense kernels compute act(P K + b) for the patch matrix P, and
-// the conv2d tag records P and the per-location pre-activation gradients for the KFC block.
+// image patches (im2col): the fused dense kernels compute act(P K + b) for the patch matrix P. The
+// conv2d tag carries the layer's geometry and records the input images (the KFC block reads the
+// patches from them with the patch covariance kernel) and the per-location pre-activation
+// gradients.
 class Conv2D : public Layer {
 public:
   Conv2D(int height, int width, int in_channels, int out_channels, int kernel_size, int stride = 1,
@@ -87,10 +89,11 @@ public:
   int out_height() const { return out_h_; }
   int out_width() const { return out_w_; }
 
+  const kernels::PatchGeometry &geometry() const { return geometry_; }
+
 private:
-  Matrix im2col(const Matrix &x) const;    // B x (H·W·C) -> (B·T) x (k·k·C)
-  Matrix col2im(const Matrix &cols) const; // the adjoint: sums overlapping patches back
   int h_, w_, c_, out_c_, k_, stride_, pad_, out_h_, out_w_;
+  kernels::PatchGeometry geometry_;
   Activation act_;
   bool use_bias_;
   Matrix patches_, y_; // cached forward patches and (B·T x C_out) output

@@ -2,9 +2,11 @@
 // with layer tags, recording what the curvature blocks need on every forward and backward.
 #pragma once
 
+#include <optional>
 #include <string>
 #include <vector>
 
+#include "hkfac/kernels/patch_covariance.h"
 #include "hkfac/kfac/types.h"
 
 namespace hkfac::kfac {
@@ -30,6 +32,11 @@ TagKind parse_tag_kind(const std::string &text);
 //                     `locations` = 0 means T varies from batch to batch (a per-stage layer of a
 //                     network over pipelines of different lengths); T is then read from each
 //                     batch as rows / batch size.
+//                     With `geometry` set, the layer records its input images instead (B x
+//                     geometry->image_size(), as im2col below reads them): the KFC block then
+//                     forms A from the images with the patch covariance kernel, and nothing holds
+//                     a copy of the patches (k·k times the image). input_dim must be
+//                     geometry->patch_size() and locations geometry->locations().
 struct LayerTag {
   TagKind kind = TagKind::generic;
   std::string name;
@@ -40,6 +47,7 @@ struct LayerTag {
   int input_dim = 0;      // dense, scale_and_shift
   int output_dim = 0;     // dense, scale_and_shift, conv2d; generic: flattened parameter count
   int locations = 1;      // conv2d: output positions per example (rows per example); 0: per batch
+  std::optional<kernels::PatchGeometry> geometry; // conv2d: the record holds images, not patches
 };
 
 // What the last forward / backward recorded for one tag (see LayerTag for the meaning per kind).
@@ -87,10 +95,27 @@ Params zero_params(const Model &model);
 
 // The per-example gradients of a tag's parameters (B x P, parameters flattened row-major and
 // concatenated in LayerTag::params order), computed from what the tag recorded (`inputs` is
-// ignored for generic tags). Lets any tag be handled by a generic (diagonal or full) block.
-// `batch_size` is needed only for conv2d tags with a per-batch number of locations.
+// ignored for generic tags; images for a conv2d tag with a geometry). Lets any tag be handled by a
+// generic (diagonal or full) block. `batch_size` is needed only for conv2d tags with a per-batch
+// number of locations.
 Matrix per_example_gradients(const LayerTag &tag, const Matrix &inputs, const Matrix &output_grads,
                              Eigen::Index batch_size = 0);
+
+// The patch matrix of a batch of images (B x g.image_size() -> B·T x g.patch_size()), in the
+// layout of kernels::PatchGeometry: rows example-major, then output row and column; columns
+// (kernel row, kernel column, channel). col2im is its adjoint: it sums each patch entry back into
+// the pixel it came from. Both throw hkfac::Error on a shape that does not fit the geometry.
+Matrix im2col(const Matrix &images, const kernels::PatchGeometry &g);
+Matrix col2im(const Matrix &patches, const kernels::PatchGeometry &g);
+
+// The rows a tag's blocks consume as inputs: im2col of the recorded images for a conv2d tag with
+// a geometry, the recorded inputs themselves otherwise (returned by reference, no copy; `storage`
+// holds the patches when they are formed).
+const Matrix &tag_input_rows(const LayerTag &tag, const Matrix &recorded, Matrix &storage);
+
+// Throws hkfac::Error unless a tag's geometry (if any) is consistent: conv2d kind, a valid
+// geometry, input_dim = patch_size() and locations = locations().
+void validate_tag_geometry(const LayerTag &tag);
 
 // Total number of scalar parameters of a tag, from the model's shapes.
 int tag_param_count(const LayerTag &tag, const std::vector<ParamShape> &shapes);
