@@ -53,6 +53,7 @@ public:
     // X̄: ones past the patch's columns (the homogeneous column, and the tiled form's padding).
     Func xbar{"xbar"};
     xbar(col, row) = select(col < dx, patch(col, row), 1.0f);
+
     hkfac::gen::CovarianceTiles cov(tiled, c_out, c_in, patch, xbar, d, dx, n, a, b);
 
     images.dim(0).set_min(0).dim(1).set_min(0);
@@ -94,13 +95,13 @@ private:
       // call), so each is read from the images once; nothing else holds them.
       return;
     }
-    // The untiled form reads each patch element from its innermost loop: gathered once into a
-    // patch matrix first (fewer than kTile columns, so it is no bigger than a few images).
-    Var ro{"ro"}, ri{"ri"};
-    patch.compute_root()
-        .split(row, ro, ri, 64, TailStrategy::GuardWithIf)
-        .parallel(ro)
-        .vectorize(col, vec, TailStrategy::GuardWithIf);
+    // The untiled form reads each patch element from its innermost loop: gathered into a patch
+    // matrix first (under kTile columns, and a block of rows per call: it stays in cache). The
+    // vector tail is rounded up, not guarded: a guarded tail ran its gathers one lane at a time.
+    // Serial: a parallel gather left Halide's worker spinning through the serial product that
+    // follows, on a core that on these VMs may share its physical core with ours. (Copying tap by
+    // tap instead, channels contiguous, measured slower: per-row index arithmetic at every tap.)
+    patch.compute_root().vectorize(col, vec, TailStrategy::RoundUp);
   }
 
   void schedule_gpu(hkfac::gen::CovarianceTiles &cov) {

@@ -85,6 +85,23 @@ TEST_P(CovarianceKernels, RepeatedUpdatesAccumulateTheEma) {
   EXPECT_TRUE(exactly_symmetric(c));
 }
 
+// More rows than one call reduces on the CPU (the dispatch blocks the reduction by 1024 rows, the
+// last block shorter): a in the first block only, the blocks' sums all added.
+TEST_P(CovarianceKernels, LongBatchesMatchEigen) {
+  const Device dev = GetParam();
+  HKFAC_SKIP_IF_UNAVAILABLE(dev);
+  for (int d : {20, 45}) {
+    const int n = 2 * 1024 + 37;
+    Buffer<float> x = random_matrix(n, d, 7 * d);
+    Buffer<float> c = random_symmetric(d + 1, d);
+    const Eigen::MatrixXd ref = reference(to_eigen_d(c), to_eigen_d(x), 0.7, 0.01, true);
+    kernels::covariance_update(c, x, 0.7f, 0.01f, true, dev);
+    to_host(c);
+    EXPECT_LT(rel_error(to_eigen_d(c), ref), 2e-6 * std::sqrt(double(n))) << "d=" << d;
+    EXPECT_TRUE(exactly_symmetric(c)) << "d=" << d;
+  }
+}
+
 TEST(CovarianceKernelsErrors, ShapeMismatchNamesTheArgument) {
   auto expect_names = [](Buffer<float> &c, const Buffer<float> &x, bool homogeneous,
                          const std::string &arg) {

@@ -110,6 +110,32 @@ TEST_P(PatchCovarianceKernels, MatchesBruteForcePatchesAndIsExactlySymmetric) {
   }
 }
 
+// Batches of more patch rows than one call reduces on the CPU: the dispatch blocks them by whole
+// images, about 1024 rows at a time, and in blocks of 16 images when an image's size is not a
+// multiple of 16 floats (to keep each block's first image aligned).
+TEST_P(PatchCovarianceKernels, LongBatchesMatchBruteForce) {
+  const Device dev = GetParam();
+  HKFAC_SKIP_IF_UNAVAILABLE(dev);
+  const std::vector<Case> long_cases = {
+      {"8x8x3 images (192 floats), 64 locations", geometry(8, 8, 3, 3, 3, 1, 1, 1, 1), 41},
+      {"5x5x3 images (75 floats), 25 locations", geometry(5, 5, 3, 3, 3, 1, 1, 1, 1), 90},
+      {"6x6x8 images, tiled patches", geometry(6, 6, 8, 3, 3, 1, 1, 1, 1), 37},
+  };
+  unsigned seed = 200;
+  for (const Case &tc : long_cases) {
+    const PatchGeometry &g = tc.g;
+    Buffer<float> images = random_matrix(tc.examples, g.image_size(), seed++);
+    Buffer<float> c = random_symmetric(g.patch_size() + 1, seed++);
+    const Eigen::MatrixXd patches = brute_force_patches(to_eigen_d(images), g);
+    ASSERT_GT(patches.rows(), 1024) << tc.what;
+    const Eigen::MatrixXd ref = reference(to_eigen_d(c), patches, 0.8, 0.02, true);
+    kernels::patch_covariance_update(c, images, g, 0.8f, 0.02f, true, dev);
+    to_host(c);
+    EXPECT_LT(rel_error(to_eigen_d(c), ref), 2e-6 * std::sqrt(double(patches.rows()))) << tc.what;
+    EXPECT_TRUE(exactly_symmetric(c)) << tc.what;
+  }
+}
+
 // The kernel and the plain covariance update over materialised patches run the same tile
 // algorithm: their results agree to rounding, step after step of an EMA.
 TEST_P(PatchCovarianceKernels, AgreesWithTheCovarianceUpdateOverPatchesAcrossEmaSteps) {

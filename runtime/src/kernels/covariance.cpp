@@ -28,10 +28,19 @@ void covariance_update(Buffer<float> &C, const Buffer<float> &X, float a, float 
   // The kernel reads homogeneity from the shapes: C one wider than X means a ones column.
   detail::AlignedArgs args(dev);
   halide_buffer_t *c = args.out(C), *x = args.in(X);
-  if (detail::cols_of(X.raw_buffer()) >= kTile) {
-    HKFAC_RUN(covariance_update, dev, c, x, a, b, c);
+  auto run = [&](halide_buffer_t *rows, float a_part) {
+    if (detail::cols_of(X.raw_buffer()) >= kTile) {
+      HKFAC_RUN(covariance_update, dev, c, rows, a_part, b, c);
+    } else {
+      HKFAC_RUN(covariance_update_small, dev, c, rows, a_part, b, c);
+    }
+  };
+  if (dev == Device::cpu && detail::rows_of(x) > detail::kCpuReductionBlockRows) {
+    detail::for_each_row_block(
+        x, detail::kCpuReductionBlockRows,
+        [&](halide_buffer_t *rows, bool first) { run(rows, first ? a : 1.0f); });
   } else {
-    HKFAC_RUN(covariance_update_small, dev, c, x, a, b, c);
+    run(x, a);
   }
   args.commit();
 }

@@ -34,12 +34,27 @@ void patch_covariance_update(Buffer<float> &C, const Buffer<float> &images, cons
   // The kernel reads homogeneity from the shapes: C one wider than a patch means a ones column.
   detail::AlignedArgs args(dev);
   halide_buffer_t *c = args.out(C), *x = args.in(images);
-  if (g.patch_size() >= kTile) {
-    HKFAC_RUN(patch_covariance_update, dev, c, x, a, b, g.height, g.width, g.channels, g.kernel_h,
-              g.kernel_w, g.stride_h, g.stride_w, g.pad_h, g.pad_w, c);
+  auto run = [&](halide_buffer_t *part, float a_part) {
+    if (g.patch_size() >= kTile) {
+      HKFAC_RUN(patch_covariance_update, dev, c, part, a_part, b, g.height, g.width, g.channels,
+                g.kernel_h, g.kernel_w, g.stride_h, g.stride_w, g.pad_h, g.pad_w, c);
+    } else {
+      HKFAC_RUN(patch_covariance_update_small, dev, c, part, a_part, b, g.height, g.width,
+                g.channels, g.kernel_h, g.kernel_w, g.stride_h, g.stride_w, g.pad_h, g.pad_w, c);
+    }
+  };
+  // The reduction runs over patch rows, T per image: blocked by whole images, about
+  // kCpuReductionBlockRows patch rows at a time, as the covariance update blocks its rows. A
+  // block's first image must stay 64-byte aligned (AlignedArgs' guarantee for the whole buffer):
+  // images of a size that is not a multiple of 16 floats go in blocks of 16.
+  int per_block = std::max(1, detail::kCpuReductionBlockRows / g.locations());
+  if (g.image_size() % 16 != 0)
+    per_block = (per_block + 15) / 16 * 16;
+  if (dev == Device::cpu && examples > per_block) {
+    detail::for_each_row_block(
+        x, per_block, [&](halide_buffer_t *part, bool first) { run(part, first ? a : 1.0f); });
   } else {
-    HKFAC_RUN(patch_covariance_update_small, dev, c, x, a, b, g.height, g.width, g.channels,
-              g.kernel_h, g.kernel_w, g.stride_h, g.stride_w, g.pad_h, g.pad_w, c);
+    run(x, a);
   }
   args.commit();
 }
