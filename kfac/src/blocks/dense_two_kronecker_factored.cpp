@@ -118,16 +118,18 @@ void DenseTwoKroneckerFactored::accumulate(float ema_old, float ema_new, const B
 namespace {
 
 // (L Lᵀ)⁻¹ = L⁻ᵀ L⁻¹. The factorisation stays in double, where damping-sized pivots need the
-// precision; the triangular inverse and the product run in float, the product on the generated
-// GEMM kernel — several times faster than solving against the identity in double, which
-// dominated a K-FAC step.
+// precision; the triangular inverse and the product run in float, the product on a generated
+// kernel — several times faster than solving against the identity in double, which dominated a
+// K-FAC step.
 Matrix inverse_from_cholesky(const Eigen::LLT<Eigen::MatrixXd> &llt) {
   const Eigen::Index n = llt.rows();
   const Eigen::MatrixXf L = Eigen::MatrixXd(llt.matrixL()).cast<float>();
   Matrix l_inv = Matrix::Identity(n, n);
   L.triangularView<Eigen::Lower>().solveInPlace(l_inv);
-  Matrix inverse;
-  ops::gemm(inverse, l_inv, true, l_inv, false);
+  // L⁻ᵀL⁻¹ = XᵀX for X = L⁻¹: the covariance kernel forms it from one triangle, half a GEMM's
+  // work, and exactly symmetric.
+  Matrix inverse = Matrix::Zero(n, n);
+  ops::covariance_update(inverse, l_inv, 0.0f, 1.0f, false);
   return inverse;
 }
 
