@@ -91,4 +91,14 @@ template <typename Call> void expect_error_naming(const char *arg, Call &&call) 
   }
 }
 
+// Runs `call` and expects an hkfac::Error whose message contains `needle`.
+template <typename Call> void expect_error_containing(const std::string &needle, Call &&call) {
+  try {
+    call();
+    ADD_FAILURE() << "expected hkfac::Error mentioning " << needle;
+  } catch (const Error &e) {
+    EXPECT_NE(std::string(e.what()).find(needle), std::string::npos) << e.what();
+  }
+}
+
 } // namespace hkfac::testing

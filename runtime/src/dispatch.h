@@ -70,6 +70,10 @@ void expect_vector(const halide_buffer_t *b, int n, const char *kernel, const ch
 int rows_of(const halide_buffer_t *b);
 int cols_of(const halide_buffer_t *b);
 
+// The covariance generators' tile width (generators/covariance_tiles.h, kCovarianceTile): their
+// tiled variants need X (or the patches) at least one tile wide; narrower goes to the untiled.
+constexpr int kCovarianceTile = 32;
+
 // Rows per call when a CPU covariance kernel's reduction is blocked (for_each_row_block): each
 // call packs its rows into column panels, and beyond a few thousand rows the panels no longer
 // stay in cache while the tile pairs stream them. With patch rows of convolutions (d = 26 to 577,

@@ -1,6 +1,7 @@
 // Curvature blocks: estimates against brute-force sums, inverse consistency, pi-adjusted damping.
 #include <gtest/gtest.h>
 
+#include "../test_util.h"
 #include "hkfac/cusolver.h"
 #include "hkfac/device.h"
 #include "hkfac/error.h"
@@ -438,37 +439,33 @@ TEST(kfacBlocks, Conv2DGeometryMustAgreeWithTheTagAndTheRecord) {
   f.tag.locations = g.locations();
   f.tag.geometry = g;
   f.shapes = {{g.patch_size(), 2, "kernel"}};
-  auto expect_error = [](const std::string &needle, auto &&call) {
-    try {
-      call();
-      ADD_FAILURE() << "expected hkfac::Error mentioning " << needle;
-    } catch (const Error &e) {
-      EXPECT_NE(std::string(e.what()).find(needle), std::string::npos) << e.what();
-    }
-  };
+  using hkfac::testing::expect_error_containing;
   // A record of patches where images are expected.
   std::mt19937 rng(90);
   f.inputs = random_matrix(B * g.locations(), g.patch_size(), rng);
   f.grads = {random_matrix(B * g.locations(), 2, rng)};
   auto block = make_block(BlockKind::conv2d_two_kronecker_factored, f.tag, f.shapes);
   block->init();
-  expect_error("'batch.inputs' must be the images",
-               [&] { block->update_curvature_estimate(0.0f, 1.0f, batch_of(f)); });
+  expect_error_containing("'batch.inputs' must be the images",
+                          [&] { block->update_curvature_estimate(0.0f, 1.0f, batch_of(f)); });
   auto diag = make_block(BlockKind::naive_diagonal, f.tag, f.shapes);
   diag->init();
-  expect_error("'images'", [&] { diag->update_curvature_estimate(0.0f, 1.0f, batch_of(f)); });
+  expect_error_containing("'images'",
+                          [&] { diag->update_curvature_estimate(0.0f, 1.0f, batch_of(f)); });
   // Tags that contradict their geometry, or a geometry on a dense tag.
   TagFixture bad = f;
   bad.tag.locations = 4;
-  expect_error("disagree with its geometry",
-               [&] { make_block(BlockKind::conv2d_two_kronecker_factored, bad.tag, bad.shapes); });
+  expect_error_containing("disagree with its geometry", [&] {
+    make_block(BlockKind::conv2d_two_kronecker_factored, bad.tag, bad.shapes);
+  });
   bad = f;
   bad.tag.geometry->stride_h = 0;
-  expect_error("stride_h", [&] { make_block(BlockKind::naive_diagonal, bad.tag, bad.shapes); });
+  expect_error_containing("stride_h",
+                          [&] { make_block(BlockKind::naive_diagonal, bad.tag, bad.shapes); });
   bad = f;
   bad.tag.kind = TagKind::dense;
-  expect_error("only conv2d tags",
-               [&] { make_block(BlockKind::naive_diagonal, bad.tag, bad.shapes); });
+  expect_error_containing("only conv2d tags",
+                          [&] { make_block(BlockKind::naive_diagonal, bad.tag, bad.shapes); });
 }
 
 TEST(kfacBlocks, FactoryRejectsBlocksThatCannotHandleTheTag) {

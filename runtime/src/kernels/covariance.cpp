@@ -11,12 +11,6 @@
 
 namespace hkfac::kernels {
 
-namespace {
-// The generator's tile width (generators/covariance.cpp, kTile): the tiled kernel needs X to be
-// at least one tile wide.
-constexpr int kTile = 32;
-} // namespace
-
 void covariance_update(Buffer<float> &C, const Buffer<float> &X, float a, float b, bool homogeneous,
                        Device dev) {
   constexpr const char *k = "covariance_update";
@@ -29,7 +23,7 @@ void covariance_update(Buffer<float> &C, const Buffer<float> &X, float a, float 
   detail::AlignedArgs args(dev);
   halide_buffer_t *c = args.out(C), *x = args.in(X);
   auto run = [&](halide_buffer_t *rows, float a_part) {
-    if (detail::cols_of(X.raw_buffer()) >= kTile) {
+    if (detail::cols_of(X.raw_buffer()) >= detail::kCovarianceTile) {
       HKFAC_RUN(covariance_update, dev, c, rows, a_part, b, c);
     } else {
       HKFAC_RUN(covariance_update_small, dev, c, rows, a_part, b, c);

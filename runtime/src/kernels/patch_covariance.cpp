@@ -12,12 +12,6 @@
 
 namespace hkfac::kernels {
 
-namespace {
-// The generator's tile width (generators/covariance_tiles.h, kCovarianceTile): the tiled kernel
-// needs patches at least one tile wide.
-constexpr int kTile = 32;
-} // namespace
-
 void patch_covariance_update(Buffer<float> &C, const Buffer<float> &images, const PatchGeometry &g,
                              float a, float b, bool homogeneous, Device dev) {
   constexpr const char *k = "patch_covariance_update";
@@ -35,7 +29,7 @@ void patch_covariance_update(Buffer<float> &C, const Buffer<float> &images, cons
   detail::AlignedArgs args(dev);
   halide_buffer_t *c = args.out(C), *x = args.in(images);
   auto run = [&](halide_buffer_t *part, float a_part) {
-    if (g.patch_size() >= kTile) {
+    if (g.patch_size() >= detail::kCovarianceTile) {
       HKFAC_RUN(patch_covariance_update, dev, c, part, a_part, b, g.height, g.width, g.channels,
                 g.kernel_h, g.kernel_w, g.stride_h, g.stride_w, g.pad_h, g.pad_w, c);
     } else {
