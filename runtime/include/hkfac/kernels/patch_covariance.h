@@ -34,9 +34,9 @@ struct PatchGeometry {
 
 // C <- a*C + b*P̄ᵀP̄ in place, P the patches of `images` (examples x geometry.image_size()) and
 // P̄ = [P, 1] with `homogeneous` (C is then patch_size()+1 square), P̄ = P otherwise. As the
-// covariance update: C symmetric on entry, exactly symmetric on exit, P never materialised on the
-// GPU and packed by column tiles once per call on the CPU (only patches narrower than one tile,
-// 32 columns, are gathered into a patch matrix first).
+// covariance update: C symmetric on entry, exactly symmetric on exit. P is never materialised: on
+// the GPU it is read inside the kernel, on the CPU packed by column tiles for about 1024 patch
+// rows at a time (patches narrower than one tile, 32 columns, into a small patch matrix).
 void patch_covariance_update(Buffer<float> &C, const Buffer<float> &images,
                              const PatchGeometry &geometry, float a, float b, bool homogeneous,
                              Device dev = default_device());
