@@ -65,9 +65,6 @@ public:
 
   // The output, as given.
   Halide::Func result;
-  // X̄ packed by column tiles (tiled form only); on the CPU it is computed once per call, so an
-  // expensive X̄ (im2col) is evaluated once per element there.
-  Halide::Func xpack{"xpack"};
 
   void schedule_cpu(int vec) {
     using namespace Halide;
@@ -189,6 +186,9 @@ public:
   }
 
 private:
+  // X̄ packed by column tiles (tiled form only); on the CPU it is computed once per call, so an
+  // expensive X̄ (im2col) is evaluated once per element there.
+  Halide::Func xpack{"xpack"};
   bool tiled_;
   Halide::Func c_in_;
   Halide::Var i{"i"}, j{"j"}, c{"c"}, ii{"ii"}, jj{"jj"}, k_{"k_"}, q{"q"}, t{"t"};

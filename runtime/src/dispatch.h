@@ -78,8 +78,9 @@ constexpr int kCovarianceTile = 32;
 // call packs its rows into column panels, and beyond a few thousand rows the panels no longer
 // stay in cache while the tile pairs stream them. With patch rows of convolutions (d = 26 to 577,
 // n = 8192 to 131072, apps/bench/kernels patch_covariance) blocks of 1024 rows made the
-// covariance kernel 1.2-1.9x faster than one call over all rows, and 512 to 4096 rows differed by
-// less than the run-to-run noise. The K-FAC shapes of dense layers (n <= 1000) are one block.
+// covariance kernel up to 1.9x faster than one call over all rows (1.0-1.9x, separate runs), and
+// 512 to 4096 rows differed by less than the run-to-run noise. The K-FAC shapes of dense layers (n
+// <= 1000) are one block.
 constexpr int kCpuReductionBlockRows = 1024;
 
 // Calls run(part, first) for consecutive row blocks of a host matrix buffer (rows = dimension 1),
