@@ -261,9 +261,11 @@ StepStats Optimizer::step(Params &params, const std::function<Batch()> &next_bat
   LossRegistry losses;
   st.loss = forward(params, batch, losses, &st.aux, true);
   const Params g = backward_gradient(params, losses);
+  // The squared norm doubles as the finiteness check: the squares of finite floats, summed in
+  // double, cannot overflow, so it is finite exactly when every element of g is.
   st.grad_norm = std::sqrt(squared_norm(g));
   st.timings.forward_backward_s = seconds_since(t);
-  if (!std::isfinite(st.loss) || !all_finite(g))
+  if (!std::isfinite(st.loss) || !std::isfinite(st.grad_norm))
     return reject();
 
   // Curvature and inverses.
@@ -349,7 +351,8 @@ StepStats Optimizer::step(Params &params, const std::function<Batch()> &next_bat
   st.learning_rate = r.learning_rate;
   st.momentum = r.momentum;
   st.damping = r.damping;
-  if (!all_finite(delta))
+  const double delta_sq = squared_norm(delta); // finite exactly when delta is (see g above)
+  if (!std::isfinite(delta_sq))
     return reject_update();
 
   Params candidate = params;
@@ -370,7 +373,7 @@ StepStats Optimizer::step(Params &params, const std::function<Batch()> &next_bat
         jd += static_cast<float>(beta) * jv;
     }
     const double predicted =
-        dot(g, delta) + 0.5 * (curvature_form(jd, jd) + l2 * squared_norm(delta));
+        dot(g, delta) + 0.5 * (curvature_form(jd, jd) + l2 * delta_sq);
     LossRegistry new_losses;
     const double new_loss = forward(candidate, batch, new_losses, nullptr, true);
     if (!std::isfinite(new_loss))
@@ -380,7 +383,7 @@ StepStats Optimizer::step(Params &params, const std::function<Batch()> &next_bat
 
   params = std::move(candidate);
   velocity_ = delta;
-  st.update_norm = std::sqrt(squared_norm(delta));
+  st.update_norm = std::sqrt(delta_sq);
 
   if (adapt_damping) {
     const double decay = options_.damping_adaptation_decay

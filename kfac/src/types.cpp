@@ -3,6 +3,8 @@
 
 #include "hkfac/error.h"
 
+#include <cmath>
+
 namespace hkfac::kfac {
 
 void check_same_shapes(const Params &a, const Params &b, const char *what) {
@@ -28,19 +30,52 @@ Params zeros_like(const Params &p) {
   return z;
 }
 
+namespace {
+
+// Sums term(i) for i < n in double with kLanes independent accumulators. Each lane is its own
+// sequential sum, so the compiler may keep the lanes in vector registers without reassociating
+// anything; Eigen's cast<double>() reductions ran scalar here (9x slower on 2.8M parameters,
+// which made these sums a tenth of a K-FAC step on one core).
+constexpr int kLanes = 16;
+
+template <class Term>
+double lane_sum(Eigen::Index n, Term term) {
+  double acc[kLanes] = {};
+  Eigen::Index i = 0;
+  for (; i + kLanes <= n; i += kLanes) {
+    for (int l = 0; l < kLanes; ++l)
+      acc[l] += term(i + l);
+  }
+  double s = 0.0;
+  for (; i < n; ++i)
+    s += term(i);
+  for (double a : acc)
+    s += a;
+  return s;
+}
+
+} // namespace
+
 double dot(const Params &a, const Params &b) {
   check_same_shapes(a, b, "kfac::dot");
   double s = 0.0;
   for (size_t i = 0; i < a.size(); ++i) {
-    s += a[i].cast<double>().cwiseProduct(b[i].cast<double>()).sum();
+    const float *x = a[i].data(), *y = b[i].data();
+    s += lane_sum(a[i].size(), [=](Eigen::Index k) {
+      return static_cast<double>(x[k]) * static_cast<double>(y[k]);
+    });
   }
   return s;
 }
 
 double squared_norm(const Params &p) {
   double s = 0.0;
-  for (const Matrix &m : p)
-    s += m.cast<double>().squaredNorm();
+  for (const Matrix &m : p) {
+    const float *x = m.data();
+    s += lane_sum(m.size(), [=](Eigen::Index k) {
+      return static_cast<double>(x[k]) * static_cast<double>(x[k]);
+    });
+  }
   return s;
 }
 
@@ -57,7 +92,10 @@ void scale(float alpha, Params &p) {
 
 bool all_finite(const Params &p) {
   for (const Matrix &m : p) {
-    if (!m.allFinite())
+    // x - x is 0 for a finite x and NaN otherwise, so the lanes' sum is NaN exactly when some
+    // element is not finite (Eigen's allFinite ran scalar, as the sums above did).
+    const float *x = m.data();
+    if (!std::isfinite(lane_sum(m.size(), [=](Eigen::Index k) { return x[k] - x[k]; })))
       return false;
   }
   return true;
