@@ -294,8 +294,7 @@ StepStats Optimizer::step(Params &params, const std::function<Batch()> &next_bat
   const float inv_batch = 1.0f / static_cast<float>(batch.inputs.rows());
   auto curvature_form = [&](const Matrix &ja, const Matrix &jb) {
     const Matrix cjb = multiply_output_curvature(losses, jb, ggn);
-    return static_cast<double>(ja.cast<double>().cwiseProduct(cjb.cast<double>()).sum()) *
-           inv_batch;
+    return dot(ja, cjb) * inv_batch;
   };
 
   t = Clock::now();
@@ -334,9 +333,7 @@ StepStats Optimizer::step(Params &params, const std::function<Batch()> &next_bat
     }
     r.learning_rate = -alpha;
     r.momentum = beta;
-    delta = zeros_like(params);
-    axpy(static_cast<float>(alpha), u, delta);
-    axpy(static_cast<float>(beta), velocity_, delta);
+    delta = combine(static_cast<float>(alpha), u, static_cast<float>(beta), velocity_);
   } else {
     if (options_.norm_constraint) {
       const double s = r.learning_rate * r.learning_rate * dot(u, g);
@@ -344,9 +341,8 @@ StepStats Optimizer::step(Params &params, const std::function<Batch()> &next_bat
         scale(static_cast<float>(std::sqrt(*options_.norm_constraint / s)), u);
       }
     }
-    delta = zeros_like(params);
-    axpy(static_cast<float>(-r.learning_rate), u, delta);
-    axpy(static_cast<float>(r.momentum), velocity_, delta);
+    delta = combine(static_cast<float>(-r.learning_rate), u, static_cast<float>(r.momentum),
+                    velocity_);
   }
   st.learning_rate = r.learning_rate;
   st.momentum = r.momentum;
@@ -355,8 +351,7 @@ StepStats Optimizer::step(Params &params, const std::function<Batch()> &next_bat
   if (!std::isfinite(delta_sq))
     return reject_update();
 
-  Params candidate = params;
-  axpy(1.0f, delta, candidate);
+  Params candidate = combine(1.0f, params, 1.0f, delta);
   if (!all_finite(candidate))
     return reject_update();
   const bool adapt_damping =
@@ -382,7 +377,7 @@ StepStats Optimizer::step(Params &params, const std::function<Batch()> &next_bat
   }
 
   params = std::move(candidate);
-  velocity_ = delta;
+  velocity_ = std::move(delta);
   st.update_norm = std::sqrt(delta_sq);
 
   if (adapt_damping) {

@@ -56,15 +56,23 @@ double lane_sum(Eigen::Index n, Term term) {
 
 } // namespace
 
+double dot(const Matrix &a, const Matrix &b) {
+  if (a.rows() != b.rows() || a.cols() != b.cols()) {
+    throw Error("kfac::dot: matrices are " + std::to_string(a.rows()) + " x " +
+                std::to_string(a.cols()) + " and " + std::to_string(b.rows()) + " x " +
+                std::to_string(b.cols()));
+  }
+  const float *x = a.data(), *y = b.data();
+  return lane_sum(a.size(), [=](Eigen::Index k) {
+    return static_cast<double>(x[k]) * static_cast<double>(y[k]);
+  });
+}
+
 double dot(const Params &a, const Params &b) {
   check_same_shapes(a, b, "kfac::dot");
   double s = 0.0;
-  for (size_t i = 0; i < a.size(); ++i) {
-    const float *x = a[i].data(), *y = b[i].data();
-    s += lane_sum(a[i].size(), [=](Eigen::Index k) {
-      return static_cast<double>(x[k]) * static_cast<double>(y[k]);
-    });
-  }
+  for (size_t i = 0; i < a.size(); ++i)
+    s += dot(a[i], b[i]);
   return s;
 }
 
@@ -77,6 +85,15 @@ double squared_norm(const Params &p) {
     });
   }
   return s;
+}
+
+Params combine(float alpha, const Params &x, float beta, const Params &y) {
+  check_same_shapes(x, y, "kfac::combine");
+  Params out;
+  out.reserve(x.size());
+  for (size_t i = 0; i < x.size(); ++i)
+    out.push_back(alpha * x[i] + beta * y[i]);
+  return out;
 }
 
 void axpy(float alpha, const Params &x, Params &y) {

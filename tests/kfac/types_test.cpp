@@ -1,5 +1,6 @@
-// Parameter-list arithmetic: the vectorised double sums against a naive long double sum, and the
-// finiteness check against a non-finite value at every kind of position (lane, tail, tensor).
+// Parameter-list arithmetic: the vectorised double sums against a naive long double sum, combine,
+// and the finiteness check against a non-finite value at every kind of position (lane, tail,
+// tensor).
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -75,6 +76,30 @@ TEST(ParamsArithmetic, AllFiniteFindsEveryNonFiniteValue) {
       }
     }
   }
+}
+
+TEST(ParamsArithmetic, CombineIsElementwiseAlphaXPlusBetaY) {
+  const Params x = random_params(5), y = random_params(6);
+  const Params z = combine(0.5f, x, -2.0f, y);
+  ASSERT_EQ(z.size(), x.size());
+  for (size_t t = 0; t < x.size(); ++t) {
+    ASSERT_EQ(z[t].rows(), x[t].rows());
+    ASSERT_EQ(z[t].cols(), x[t].cols());
+    for (Eigen::Index i = 0; i < x[t].size(); ++i) {
+      EXPECT_FLOAT_EQ(z[t].data()[i], 0.5f * x[t].data()[i] - 2.0f * y[t].data()[i])
+          << "tensor " << t << " element " << i;
+    }
+  }
+  Params short_y = y;
+  short_y.pop_back();
+  EXPECT_THROW(combine(1.0f, x, 1.0f, short_y), Error);
+}
+
+TEST(ParamsArithmetic, MatrixDotIsTheOneTensorCase) {
+  const Params a = random_params(7), b = random_params(8);
+  EXPECT_DOUBLE_EQ(dot(a[4], b[4]), dot(Params{a[4]}, Params{b[4]}));
+  EXPECT_NEAR(dot(a[4], b[4]), static_cast<double>(naive_dot({a[4]}, {b[4]})), 1e-9);
+  EXPECT_THROW(dot(a[4], b[5]), Error);
 }
 
 TEST(ParamsArithmetic, DotRejectsMismatchedShapes) {

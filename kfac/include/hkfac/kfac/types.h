@@ -35,7 +35,11 @@ struct ParamShape {
 void check_same_shapes(const Params &a, const Params &b, const char *what);
 Params zeros_like(const Params &p);
 double dot(const Params &a, const Params &b);
+// Σ a_ij b_ij of two same-shape matrices, summed in double.
+double dot(const Matrix &a, const Matrix &b);
 double squared_norm(const Params &p);
+// alpha * x + beta * y, in one pass (no zero-filled list to accumulate into).
+Params combine(float alpha, const Params &x, float beta, const Params &y);
 // y <- y + alpha * x
 void axpy(float alpha, const Params &x, Params &y);
 void scale(float alpha, Params &p);
