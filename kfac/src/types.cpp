@@ -34,8 +34,8 @@ namespace {
 
 // Sums term(i) for i < n in double with kLanes independent accumulators. Each lane is its own
 // sequential sum, so the compiler may keep the lanes in vector registers without reassociating
-// anything; Eigen's cast<double>() reductions ran scalar here (9x slower on 2.8M parameters,
-// which made these sums a tenth of a K-FAC step on one core).
+// anything. Eigen's cast<double>() reductions ran scalar: 5-9x slower on 2.8M parameters side
+// by side, and with allFinite 11% of a K-FAC step's profile samples, on one core.
 constexpr int kLanes = 16;
 
 template <class Term>

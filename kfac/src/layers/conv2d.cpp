@@ -10,43 +10,41 @@ namespace hkfac::kfac {
 
 Conv2D::Conv2D(int height, int width, int in_channels, int out_channels, int kernel_size,
                int stride, int padding, Activation act, bool use_bias)
-    : h_(height), w_(width), c_(in_channels), out_c_(out_channels), k_(kernel_size),
-      stride_(stride), pad_(padding), act_(act), use_bias_(use_bias) {
+    : out_c_(out_channels), act_(act), use_bias_(use_bias) {
   if (height < 1 || width < 1 || in_channels < 1 || out_channels < 1 || kernel_size < 1 ||
       stride < 1 || padding < 0) {
     throw Error("Conv2D: sizes, kernel_size and stride must be >= 1 and padding >= 0");
   }
-  geometry_.height = h_, geometry_.width = w_, geometry_.channels = c_;
-  geometry_.kernel_h = geometry_.kernel_w = k_;
-  geometry_.stride_h = geometry_.stride_w = stride_;
-  geometry_.pad_h = geometry_.pad_w = pad_;
+  geometry_.height = height, geometry_.width = width, geometry_.channels = in_channels;
+  geometry_.kernel_h = geometry_.kernel_w = kernel_size;
+  geometry_.stride_h = geometry_.stride_w = stride;
+  geometry_.pad_h = geometry_.pad_w = padding;
   geometry_.validate("Conv2D"); // names the kernel that exceeds the padded image, or overflow
-  out_h_ = geometry_.out_h();
-  out_w_ = geometry_.out_w();
 }
 
 std::vector<ParamShape> Conv2D::param_shapes() const {
-  std::vector<ParamShape> s{{k_ * k_ * c_, out_c_, "kernel"}};
+  std::vector<ParamShape> s{{geometry_.patch_size(), out_c_, "kernel"}};
   if (use_bias_)
     s.push_back({1, out_c_, "b"});
   return s;
 }
 
 int Conv2D::output_dim(int input_dim) const {
-  if (input_dim != h_ * w_ * c_) {
+  if (input_dim != geometry_.image_size()) {
     throw Error("Conv2D: input width " + std::to_string(input_dim) + " is not height·width·" +
-                "channels = " + std::to_string(h_ * w_ * c_));
+                "channels = " + std::to_string(geometry_.image_size()));
   }
-  return out_h_ * out_w_ * out_c_;
+  return geometry_.locations() * out_c_;
 }
 
 void Conv2D::initialize(Matrix *params, std::mt19937 &rng) const {
   // Glorot uniform with the receptive field in both fans.
-  const float fan_in = static_cast<float>(k_ * k_ * c_),
-              fan_out = static_cast<float>(k_ * k_ * out_c_);
+  const int window = geometry_.kernel_h * geometry_.kernel_w;
+  const float fan_in = static_cast<float>(geometry_.patch_size()),
+              fan_out = static_cast<float>(window * out_c_);
   const float limit = std::sqrt(6.0f / (fan_in + fan_out));
   std::uniform_real_distribution<float> u(-limit, limit);
-  params[0] = Matrix::NullaryExpr(k_ * k_ * c_, out_c_, [&]() { return u(rng); });
+  params[0] = Matrix::NullaryExpr(geometry_.patch_size(), out_c_, [&]() { return u(rng); });
   if (use_bias_)
     params[1] = Matrix::Zero(1, out_c_);
 }
@@ -56,9 +54,9 @@ std::optional<LayerTag> Conv2D::tag() const {
   t.kind = TagKind::conv2d;
   t.params = use_bias_ ? std::vector<int>{0, 1} : std::vector<int>{0};
   t.has_bias = use_bias_;
-  t.input_dim = k_ * k_ * c_;
+  t.input_dim = geometry_.patch_size();
   t.output_dim = out_c_;
-  t.locations = out_h_ * out_w_;
+  t.locations = geometry_.locations();
   t.geometry = geometry_;
   return t;
 }
@@ -76,7 +74,7 @@ Matrix Conv2D::forward(const Matrix *params, const Matrix &x, TagRecord *record)
   // The images, not the patches: k·k times smaller, and what the patch covariance kernel reads.
   if (record)
     record->inputs = x;
-  return reshaped(y_, x.rows(), static_cast<Eigen::Index>(out_h_) * out_w_ * out_c_);
+  return reshaped(y_, x.rows(), static_cast<Eigen::Index>(geometry_.locations()) * out_c_);
 }
 
 Matrix Conv2D::backward(const Matrix *params, const Matrix &dy, Matrix *grads, TagRecord *record) {
@@ -95,7 +93,7 @@ Matrix Conv2D::jvp(const Matrix *params, const Matrix *tangents, const Matrix &d
   const Matrix ds = detail::affine_jvp(
       dx, [&] { return im2col(dx, geometry_); }, patches_, params[0], tangents[0],
       use_bias_ ? &tangents[1] : nullptr, y_, act_);
-  return reshaped(ds, dx.rows(), static_cast<Eigen::Index>(out_h_) * out_w_ * out_c_);
+  return reshaped(ds, dx.rows(), static_cast<Eigen::Index>(geometry_.locations()) * out_c_);
 }
 
 } // namespace hkfac::kfac

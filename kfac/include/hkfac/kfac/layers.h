@@ -86,14 +86,15 @@ public:
                   TagRecord *record) override;
   Matrix jvp(const Matrix *params, const Matrix *tangents, const Matrix &dx) override;
 
-  int out_height() const { return out_h_; }
-  int out_width() const { return out_w_; }
+  int out_height() const { return geometry_.out_h(); }
+  int out_width() const { return geometry_.out_w(); }
 
   const kernels::PatchGeometry &geometry() const { return geometry_; }
 
 private:
-  int h_, w_, c_, out_c_, k_, stride_, pad_, out_h_, out_w_;
+  // The input image, kernel, stride and padding: every size but out_c_ derives from it.
   kernels::PatchGeometry geometry_;
+  int out_c_;
   Activation act_;
   bool use_bias_;
   Matrix patches_, y_; // cached forward patches and (B·T x C_out) output
