@@ -4,9 +4,11 @@
 // Why: a Matmul tile broadcasts one element of each of its 8 rows per k step. The SLP vectorizer
 // packs the 8 row addresses into a vector register and extracts them again every iteration
 // (vpaddq, vpextrq, vextracti128, vmovq): about 10 vector-integer uops per 24 FMAs. On Intel's
-// AVX-512 cores these issue on the same two ports as the FMAs, and the kernels ran at 0.63-0.78x
-// OpenBLAS; with scalar address arithmetic they ran at 0.81-1.05x, side by side on the same
-// machine (docs/RESULTS.md). Halide's own vectorization is explicit and unaffected.
+// AVX-512 cores these issue on the same two ports as the FMAs. Side by side on one such machine
+// (docs/RESULTS.md), the NN/NT GEMMs went from 0.56-0.78x OpenBLAS to 0.78-1.17x and the
+// precondition from 0.72-0.74x to 0.85-1.01x with scalar address arithmetic. The TN products,
+// which read 8 adjacent floats per k step, had no such code. Halide's own vectorization is
+// explicit and unaffected.
 //
 // Halide 14 parses HL_LLVM_ARGS when it first initialises LLVM, i.e. when the generator compiles
 // its pipeline, after static initialisation; a value already set by the user wins.
