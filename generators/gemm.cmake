@@ -1,5 +1,5 @@
 # General matrix multiply: one kernel library per (transpose_a, transpose_b) pair.
-add_halide_generator(hkfac_gen_gemm SOURCES gemm.cpp llvm_options.cpp)
+add_halide_generator(hkfac_gen_gemm SOURCES gemm.cpp)
 foreach (ta IN ITEMS n t)
   foreach (tb IN ITEMS n t)
     set(ta_bool false)

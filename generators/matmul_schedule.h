@@ -25,6 +25,8 @@
 
 #include <string>
 
+#include "llvm_options.h" // the tile loop needs LLVM's SLP vectorizer off
+
 namespace hkfac::sched {
 
 class Matmul {

@@ -261,8 +261,7 @@ StepStats Optimizer::step(Params &params, const std::function<Batch()> &next_bat
   LossRegistry losses;
   st.loss = forward(params, batch, losses, &st.aux, true);
   const Params g = backward_gradient(params, losses);
-  // The squared norm doubles as the finiteness check: the squares of finite floats, summed in
-  // double, cannot overflow, so it is finite exactly when every element of g is.
+  // The squared norm doubles as the finiteness check (as in all_finite).
   st.grad_norm = std::sqrt(squared_norm(g));
   st.timings.forward_backward_s = seconds_since(t);
   if (!std::isfinite(st.loss) || !std::isfinite(st.grad_norm))
@@ -347,7 +346,7 @@ StepStats Optimizer::step(Params &params, const std::function<Batch()> &next_bat
   st.learning_rate = r.learning_rate;
   st.momentum = r.momentum;
   st.damping = r.damping;
-  const double delta_sq = squared_norm(delta); // finite exactly when delta is (see g above)
+  const double delta_sq = squared_norm(delta); // finite exactly when delta is (all_finite)
   if (!std::isfinite(delta_sq))
     return reject_update();
 

@@ -108,14 +108,9 @@ void scale(float alpha, Params &p) {
 }
 
 bool all_finite(const Params &p) {
-  for (const Matrix &m : p) {
-    // x - x is 0 for a finite x and NaN otherwise, so the lanes' sum is NaN exactly when some
-    // element is not finite (Eigen's allFinite ran scalar, as the sums above did).
-    const float *x = m.data();
-    if (!std::isfinite(lane_sum(m.size(), [=](Eigen::Index k) { return x[k] - x[k]; })))
-      return false;
-  }
-  return true;
+  // The squares of finite floats, summed in double, cannot overflow: the squared norm is finite
+  // exactly when every element is (Eigen's allFinite ran scalar, as the reductions above did).
+  return std::isfinite(squared_norm(p));
 }
 
 } // namespace hkfac::kfac

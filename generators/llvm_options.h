@@ -1,5 +1,5 @@
-// LLVM options for the generators whose kernels are built on sched::Matmul (gemm, dense,
-// precondition): LLVM's SLP vectorizer is turned off.
+// LLVM options for every generator whose kernels are built on sched::Matmul (included by
+// matmul_schedule.h, so gemm, dense and precondition today): LLVM's SLP vectorizer is turned off.
 //
 // Why: a Matmul tile broadcasts one element of each of its 8 rows per k step. The SLP vectorizer
 // packs the 8 row addresses into a vector register and extracts them again every iteration
@@ -12,12 +12,16 @@
 //
 // Halide 14 parses HL_LLVM_ARGS when it first initialises LLVM, i.e. when the generator compiles
 // its pipeline, after static initialisation; a value already set by the user wins.
+#pragma once
+
 #include <cstdlib>
 
-namespace {
+namespace hkfac::sched {
 
 struct DisableSlpVectorizer {
   DisableSlpVectorizer() { setenv("HL_LLVM_ARGS", "-vectorize-slp=false", /*overwrite=*/0); }
-} const disable_slp_vectorizer;
+};
+// One per generator program, constructed during static initialisation.
+inline const DisableSlpVectorizer disable_slp_vectorizer;
 
-} // namespace
+} // namespace hkfac::sched
