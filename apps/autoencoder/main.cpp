@@ -44,6 +44,8 @@ ABSL_FLAG(bool, use_adaptive_momentum, false,
           "--momentum is ignored)");
 ABSL_FLAG(int, curvature_update_period, 1, "K-FAC: steps between curvature (factor) updates");
 ABSL_FLAG(double, norm_constraint, 0.0, "K-FAC: bound on lr^2 <u, g> (0 = no constraint)");
+ABSL_FLAG(int, curvature_batch_size, 0,
+          "K-FAC: examples of each batch the curvature is estimated on (0 = all)");
 ABSL_FLAG(int, inverse_update_period, 5, "K-FAC: steps between factor inverse updates");
 ABSL_FLAG(int, log_every, 10, "Print progress every this many steps");
 ABSL_FLAG(double, max_seconds, 0.0, "Stop after this much training time (0 = no limit)");
@@ -196,6 +198,7 @@ int run() {
     o.initial_damping = damping; // adaptive damping starts from --damping
     o.inverse_update_period = absl::GetFlag(FLAGS_inverse_update_period);
     o.curvature_update_period = absl::GetFlag(FLAGS_curvature_update_period);
+    o.curvature_batch_size = absl::GetFlag(FLAGS_curvature_batch_size);
     o.use_adaptive_learning_rate = absl::GetFlag(FLAGS_use_adaptive_learning_rate);
     o.use_adaptive_momentum = absl::GetFlag(FLAGS_use_adaptive_momentum);
     if (absl::GetFlag(FLAGS_norm_constraint) > 0) {

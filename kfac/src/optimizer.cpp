@@ -37,6 +37,9 @@ const OptimizerOptions &validated(const OptimizerOptions &o) {
   require(o.num_burnin_steps >= 0, "num_burnin_steps must be >= 0");
   require(o.inverse_update_period >= 1, "inverse_update_period must be >= 1");
   require(o.curvature_update_period >= 1, "curvature_update_period must be >= 1");
+  require(o.curvature_batch_size >= 0,
+          "curvature_batch_size must be >= 0 (0 = the whole batch), got " +
+              std::to_string(o.curvature_batch_size));
   require(o.l2_reg >= 0.0f && std::isfinite(o.l2_reg), "l2_reg must be finite and >= 0");
   require(o.min_damping >= 0.0 && o.max_damping >= o.min_damping,
           "need 0 <= min_damping <= max_damping");
@@ -196,6 +199,25 @@ Params Optimizer::backward_gradient(const Params &params, const LossRegistry &lo
   return g;
 }
 
+bool Optimizer::uses_curvature_subset(const Batch &batch) const {
+  return options_.curvature_batch_size > 0 && options_.curvature_batch_size < batch.inputs.rows();
+}
+
+Batch Optimizer::curvature_subset(const Batch &batch) const {
+  if (!uses_curvature_subset(batch))
+    return batch;
+  const Eigen::Index m = options_.curvature_batch_size;
+  Batch head;
+  head.inputs = batch.inputs.topRows(m);
+  // Targets travel with their examples; a batch without targets (sampled modes) has none.
+  if (batch.targets.rows() == batch.inputs.rows()) {
+    head.targets = batch.targets.topRows(m);
+  } else {
+    head.targets = batch.targets;
+  }
+  return head;
+}
+
 double Optimizer::evaluate(const Params &params, const Batch &batch,
                            std::map<std::string, double> *aux) {
   LossRegistry losses;
@@ -211,7 +233,7 @@ Params Optimizer::gradient(const Params &params, const Batch &batch) {
 void Optimizer::burn_in(const Params &params, const std::function<Batch()> &next_batch) {
   const int n = options_.num_burnin_steps;
   for (int i = 0; i < n; ++i) {
-    const Batch batch = pull(next_batch);
+    const Batch batch = curvature_subset(pull(next_batch));
     LossRegistry losses;
     forward(params, batch, losses, nullptr, false);
     estimator_.update_curvature_estimate(model_, losses, 1.0f, 1.0f / static_cast<float>(n), rng_);
@@ -267,11 +289,27 @@ StepStats Optimizer::step(Params &params, const std::function<Batch()> &next_bat
   if (!std::isfinite(st.loss) || !std::isfinite(st.grad_norm))
     return reject();
 
+  // The point curvature is measured at: this forward's records on the whole batch, or (with a
+  // curvature subset) a second forward over the subset, made when first needed. After it the
+  // model's records are the subset's; the gradient is already taken.
+  LossRegistry subset_losses;
+  const LossRegistry *curvature_losses = &losses;
+  Eigen::Index curvature_rows = batch.inputs.rows();
+  auto at_curvature_point = [&]() -> const LossRegistry & {
+    if (curvature_losses == &losses && uses_curvature_subset(batch)) {
+      const Batch head = curvature_subset(batch);
+      forward(params, head, subset_losses, nullptr, false);
+      curvature_losses = &subset_losses;
+      curvature_rows = head.inputs.rows();
+    }
+    return *curvature_losses;
+  };
+
   // Curvature and inverses.
   t = Clock::now();
   if (step_ % options_.curvature_update_period == 0) {
-    estimator_.update_curvature_estimate(model_, losses, static_cast<float>(options_.curvature_ema),
-                                         1.0f, rng_);
+    estimator_.update_curvature_estimate(model_, at_curvature_point(),
+                                         static_cast<float>(options_.curvature_ema), 1.0f, rng_);
     ++curvature_updates_;
   }
   st.timings.curvature_update_s += seconds_since(t);
@@ -289,11 +327,15 @@ StepStats Optimizer::step(Params &params, const std::function<Batch()> &next_bat
 
   // The exact curvature (Fisher or GGN of the data term, + l2_reg I) as a bilinear form, from
   // Jacobian-vector products at θ.
+  // With a curvature subset, the products are the subset's average (an estimate of the batch's).
   const bool ggn = is_ggn_mode(options_.estimation_mode);
-  const float inv_batch = 1.0f / static_cast<float>(batch.inputs.rows());
+  auto jvp = [&](const Params &tangent) {
+    at_curvature_point();
+    return model_.jvp(tangent);
+  };
   auto curvature_form = [&](const Matrix &ja, const Matrix &jb) {
-    const Matrix cjb = multiply_output_curvature(losses, jb, ggn);
-    return dot(ja, cjb) * inv_batch;
+    const Matrix cjb = multiply_output_curvature(*curvature_losses, jb, ggn);
+    return dot(ja, cjb) / static_cast<double>(curvature_rows);
   };
 
   t = Clock::now();
@@ -310,12 +352,12 @@ StepStats Optimizer::step(Params &params, const std::function<Batch()> &next_bat
   if (options_.use_adaptive_learning_rate) {
     // Minimise q(α, β) = ½ [α β] M [α β]ᵀ + [gᵀu gᵀv] [α β]ᵀ with M_ab = aᵀ(C + γI)b over
     // Δ = α u + β v.
-    ju = model_.jvp(u);
+    ju = jvp(u);
     const double muu = curvature_form(ju, ju) + gamma * squared_norm(u);
     const double bu = dot(g, u);
     alpha = -bu / muu;
     if (step_ > 0) {
-      jv = model_.jvp(velocity_);
+      jv = jvp(velocity_);
       const double muv = curvature_form(ju, jv) + gamma * dot(u, velocity_);
       const double mvv = curvature_form(jv, jv) + gamma * squared_norm(velocity_);
       const double bv = dot(g, velocity_);
@@ -360,7 +402,7 @@ StepStats Optimizer::step(Params &params, const std::function<Batch()> &next_bat
     // rho on this batch: actual change over the quadratic model's predicted change.
     Matrix jd;
     if (ju.size() == 0) {
-      jd = model_.jvp(delta);
+      jd = jvp(delta);
     } else {
       jd = static_cast<float>(alpha) * ju;
       if (jv.size() != 0)

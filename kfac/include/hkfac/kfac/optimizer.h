@@ -66,6 +66,14 @@ struct OptimizerOptions {
   double curvature_ema = 0.95;
   int inverse_update_period = 5;
   int curvature_update_period = 1;
+  // The curvature batch (the "curvature mini-batch" of Martens' Hessian-free optimisation): the
+  // factor statistics (burn-in included) and the exact curvature products of the quadratic model
+  // and rho use only the first curvature_batch_size examples of each batch; the loss and the
+  // gradient use all of it. 0 = the whole batch. Curvature is an average over examples, so a
+  // subset estimates the same matrix with more noise, at a fraction of the cost: the factor
+  // backward pass and the Jacobian-vector products scale with it, for one extra forward pass over
+  // the subset. The batch should be shuffled (the subset is its head).
+  int curvature_batch_size = 0;
   bool register_only_generic = false;
   // Tag name or kind ("dense", "dense_1", ...) -> block type ("NaiveFull", "naive_diagonal", ...).
   std::map<std::string, std::string> layer_tag_to_block;
@@ -141,7 +149,7 @@ struct StepStats {
 //     (ema_old = 1, ema_new = 1/n), touching nothing else;
 //  2. pull a batch; forward, register losses, loss and gradient g (+ l2_reg·θ);
 //  3. every curvature_update_period steps, update the curvature estimate (ema_old =
-//     curvature_ema, ema_new = 1);
+//     curvature_ema, ema_new = 1), on the curvature subset if curvature_batch_size is set;
 //  4. every inverse_update_period steps (and after a rejection), refresh the block inverses with
 //     diagonal_weight = l2_reg + damping;
 //  5. precondition: u = F̂⁻¹ g;
@@ -185,6 +193,10 @@ private:
   double forward(const Params &params, const Batch &batch, LossRegistry &losses,
                  std::map<std::string, double> *aux, bool with_value);
   Params backward_gradient(const Params &params, const LossRegistry &losses);
+  // The head of `batch` that curvature is estimated on (see curvature_batch_size); `batch` itself
+  // when it is no larger.
+  bool uses_curvature_subset(const Batch &batch) const;
+  Batch curvature_subset(const Batch &batch) const;
   void burn_in(const Params &params, const std::function<Batch()> &next_batch);
   void check_params(const Params &params) const;
 
