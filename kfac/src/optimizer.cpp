@@ -209,11 +209,13 @@ Batch Optimizer::curvature_subset(const Batch &batch) const {
   const Eigen::Index m = options_.curvature_batch_size;
   Batch head;
   head.inputs = batch.inputs.topRows(m);
-  // Targets travel with their examples; a batch without targets (sampled modes) has none.
+  // Targets travel with their examples; a batch without targets has none to cut.
   if (batch.targets.rows() == batch.inputs.rows()) {
     head.targets = batch.targets.topRows(m);
-  } else {
-    head.targets = batch.targets;
+  } else if (batch.targets.size() != 0) {
+    throw Error("curvature_batch_size: batch.targets has " + std::to_string(batch.targets.rows()) +
+                " rows and batch.inputs " + std::to_string(batch.inputs.rows()) +
+                "; a curvature subset needs one target row per example (or no targets)");
   }
   return head;
 }

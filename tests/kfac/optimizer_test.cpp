@@ -416,6 +416,28 @@ TEST(kfacOptimizer, CurvatureSubsetNoSmallerThanTheBatchIsTheWholeBatch) {
         EXPECT_EQ(r.params[i], reference[i]) << "curvature_batch_size " << size;
     }
   }
+  {
+    // Targets that are not one row per example cannot be cut with the batch.
+    Regression r;
+    OptimizerOptions o = basic_options();
+    o.curvature_batch_size = 4;
+    auto no_targets = [](const Matrix &out, const Batch &, ValueContext &ctx) {
+      ctx.losses().register_squared_error_loss(out, nullptr);
+    };
+    Optimizer opt(r.model, no_targets, o);
+    auto odd = [&]() {
+      Batch b = r.next();
+      b.targets = Matrix::Zero(1, 1);
+      return b;
+    };
+    try {
+      opt.step(r.params, odd, values(0.1, 0.0, 1e-2));
+      FAIL() << "targets with 1 row for a batch of 32 were cut without complaint";
+    } catch (const Error &e) {
+      EXPECT_NE(std::string(e.what()).find("batch.targets has 1 rows"), std::string::npos)
+          << e.what();
+    }
+  }
   OptimizerOptions o = basic_options();
   o.curvature_batch_size = -1;
   Regression r;
