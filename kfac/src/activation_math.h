@@ -37,4 +37,31 @@ inline Matrix activation_derivative_from_output(const Matrix &y, kernels::Activa
   return Matrix::Ones(y.rows(), y.cols());
 }
 
+// d <- (d + 1 bᵀ) ⊙ act'(z) in place, from y = act(z); no bias when `bias` is null. One pass over
+// d, row by row, with no temporaries: on the tangent and input-gradient passes the separate
+// Eigen expressions (derivative matrix, product, bias add) cost three passes and an allocation.
+inline void add_bias_times_derivative(Matrix &d, const Matrix *bias, const Matrix &y,
+                                      kernels::Activation act) {
+  using kernels::Activation;
+  for (Eigen::Index r = 0; r < d.rows(); ++r) {
+    auto row = d.row(r).array();
+    if (bias)
+      row += bias->row(0).array();
+    const auto out = y.row(r).array();
+    switch (act) {
+    case Activation::identity:
+      break;
+    case Activation::tanh:
+      row *= 1.0f - out.square();
+      break;
+    case Activation::relu:
+      row *= (out > 0.0f).cast<float>();
+      break;
+    case Activation::sigmoid:
+      row *= out * (1.0f - out);
+      break;
+    }
+  }
+}
+
 } // namespace hkfac::kfac::detail

@@ -143,7 +143,7 @@ void CurvatureEstimator::update_curvature_estimate(Model &model, const LossRegis
     batches[b].inputs = &model.record(block_tag_[b]).inputs;
   }
   auto run_pass = [&](const Matrix &cotangent) {
-    model.backward(cotangent);
+    model.backward_records(cotangent);
     for (size_t b = 0; b < blocks_.size(); ++b) {
       batches[b].output_grads.push_back(model.record(block_tag_[b]).output_grads);
     }

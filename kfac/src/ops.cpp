@@ -115,6 +115,16 @@ void dense_backward(Matrix &dZ, Matrix &dX, Matrix &dW, Matrix &db, const Matrix
 #endif
 }
 
+void dense_backward_input(Matrix &dZ, Matrix &dX, const Matrix &dY, const Matrix &Y,
+                          const Matrix &W, Activation act) {
+  expect_nonempty(W, "dense_backward_input", "W");
+  expect_shape(Y, Y.rows(), W.cols(), "dense_backward_input", "Y");
+  expect_shape(dY, Y.rows(), W.cols(), "dense_backward_input", "dY");
+  dZ = dY;
+  detail::add_bias_times_derivative(dZ, nullptr, Y, act);
+  gemm(dX, dZ, false, W, true);
+}
+
 void covariance_update(Matrix &C, const Matrix &X, float a, float b, bool homogeneous) {
   expect_nonempty(X, "covariance_update", "X");
   const Eigen::Index d = X.cols() + (homogeneous ? 1 : 0);

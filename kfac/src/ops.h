@@ -42,6 +42,11 @@ void kron_precondition_eigen(Matrix &U, const Matrix &Q_A, const Matrix &lambda_
 void gemm(Matrix &C, const Matrix &A, bool transpose_a, const Matrix &B, bool transpose_b,
           float alpha = 1.0f, float beta = 0.0f);
 
+// dense_backward without dW and db: dZ = dY ⊙ act'(Y), dX = dZ Wᵀ (for passes that need only
+// the per-example output gradients and the input gradient).
+void dense_backward_input(Matrix &dZ, Matrix &dX, const Matrix &dY, const Matrix &Y,
+                          const Matrix &W, Activation act);
+
 // d <- a*d + b*Σ_rows g², d is 1 x p.
 void diagonal_ema(Matrix &d, const Matrix &g, float a, float b);
 

@@ -176,6 +176,41 @@ TEST(kfacLayers, Conv2DForwardBackwardAndJvpMatchFiniteDifferences) {
 
 // col2im is im2col's adjoint: <im2col(x), P> = <x, col2im(P)> for any images x and patches P,
 // with strides and padding that leave pixels unread and windows overhanging the image.
+// The curvature estimator's passes skip the parameter gradients; the records they leave must be
+// the ones a full backward leaves (every layer type, dense and conv2d, with and without bias).
+TEST(kfacLayers, BackwardRecordsMatchTheFullBackward) {
+  struct Case {
+    std::vector<RefLayer> net;
+    int input_dim, batch;
+  };
+  for (const Case &c : {Case{every_layer_net(), 3, 5}, Case{conv_net(), 40, 3}}) {
+    Sequential model = build(c.net, c.input_dim);
+    std::mt19937 rng(31);
+    const Params params = model.init_params(rng);
+    Batch batch;
+    batch.inputs = random_matrix(c.batch, c.input_dim, rng);
+    const Matrix cot = random_matrix(c.batch, model.output_dim(), rng);
+    const Matrix other = random_matrix(c.batch, model.output_dim(), rng);
+    model.forward(params, batch);
+    model.backward(other); // records of another cotangent, to be overwritten
+    model.backward_records(cot);
+    std::vector<Matrix> got;
+    for (size_t t = 0; t < model.tags().size(); ++t)
+      got.push_back(model.record(static_cast<int>(t)).output_grads);
+    model.backward(cot);
+    ASSERT_FALSE(got.empty());
+    for (size_t t = 0; t < got.size(); ++t) {
+      const Matrix &want = model.record(static_cast<int>(t)).output_grads;
+      ASSERT_EQ(got[t].rows(), want.rows()) << model.tags()[t].name;
+      ASSERT_EQ(got[t].cols(), want.cols()) << model.tags()[t].name;
+      EXPECT_GT(want.norm(), 0.0f) << model.tags()[t].name;
+      EXPECT_LT(rel_err(got[t].cast<double>(), want.cast<double>()), 1e-6) << model.tags()[t].name;
+    }
+  }
+  Sequential fresh = build(every_layer_net(), 3);
+  EXPECT_THROW(fresh.backward_records(Matrix::Zero(5, 2)), Error);
+}
+
 TEST(kfacLayers, Col2imIsTheAdjointOfIm2col) {
   kernels::PatchGeometry g;
   g.height = 5, g.width = 6, g.channels = 3, g.kernel_h = 3, g.kernel_w = 2;

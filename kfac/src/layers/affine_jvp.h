@@ -18,10 +18,8 @@ Matrix affine_jvp(const Matrix &dx, DxRows dx_rows, const Matrix &x, const Matri
   if (!dx_zero)
     ops::gemm(ds, dx_rows(), false, W, false);
   ops::gemm(ds, x, false, dW, false, 1.0f, dx_zero ? 0.0f : 1.0f);
-  if (db)
-    ds.rowwise() += db->row(0);
-  if (act != kernels::Activation::identity)
-    ds = ds.cwiseProduct(activation_derivative_from_output(y, act));
+  if (db || act != kernels::Activation::identity)
+    add_bias_times_derivative(ds, db, y, act);
   return ds;
 }
 

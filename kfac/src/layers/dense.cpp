@@ -75,6 +75,13 @@ Matrix Dense::forward(const Matrix *params, const Matrix &x, TagRecord *record) 
 }
 
 Matrix Dense::backward(const Matrix *params, const Matrix &dy, Matrix *grads, TagRecord *record) {
+  if (!grads) {
+    Matrix dz, dx;
+    ops::dense_backward_input(dz, dx, dy, y_, params[0], act_);
+    if (record)
+      record->output_grads = std::move(dz);
+    return dx;
+  }
   Matrix dz, dx, dw, db;
   ops::dense_backward(dz, dx, dw, db, dy, y_, x_, params[0], act_);
   grads[0] += dw;

@@ -90,11 +90,12 @@ Matrix ScaleAndShift::backward(const Matrix *params, const Matrix &dy, Matrix *g
   Matrix dx = dy;
   int i = 0;
   if (has_scale_) {
-    grads[i] += x_.cwiseProduct(dy).colwise().sum();
+    if (grads)
+      grads[i] += x_.cwiseProduct(dy).colwise().sum();
     dx = dy.array().rowwise() * params[i].row(0).array();
     ++i;
   }
-  if (has_shift_)
+  if (has_shift_ && grads)
     grads[i] += dy.colwise().sum();
   return dx;
 }
@@ -143,7 +144,8 @@ Matrix Bias::backward(const Matrix *, const Matrix &dy, Matrix *grads, TagRecord
   // The per-example gradient of b is dy itself.
   if (record)
     record->output_grads = dy;
-  grads[0] += dy.colwise().sum();
+  if (grads)
+    grads[0] += dy.colwise().sum();
   return dy;
 }
 

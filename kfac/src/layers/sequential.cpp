@@ -77,23 +77,33 @@ Matrix Sequential::forward(const Params &params, const Batch &batch) {
   return x;
 }
 
-Params Sequential::backward(const Matrix &output_cotangent) {
+void Sequential::run_backward(const Matrix &output_cotangent, Params *grads, const char *who) {
   if (!params_)
-    throw Error("Sequential::backward: called before forward");
+    throw Error(std::string("Sequential::") + who + ": called before forward");
   if (output_cotangent.rows() != batch_size_ || output_cotangent.cols() != output_dim_) {
-    throw Error("Sequential::backward: 'output_cotangent' must be " + std::to_string(batch_size_) +
-                " x " + std::to_string(output_dim_) + ", got " +
+    throw Error(std::string("Sequential::") + who + ": 'output_cotangent' must be " +
+                std::to_string(batch_size_) + " x " + std::to_string(output_dim_) + ", got " +
                 std::to_string(output_cotangent.rows()) + " x " +
                 std::to_string(output_cotangent.cols()));
   }
-  Params grads = zeros_like(*params_);
   Matrix dy = output_cotangent;
   for (auto it = layers_.rbegin(); it != layers_.rend(); ++it) {
     TagRecord *rec = it->tag >= 0 ? &records_[it->tag] : nullptr;
-    dy = it->layer->backward(params_->data() + it->first_param, dy, grads.data() + it->first_param,
-                             rec);
+    Matrix *g = grads ? grads->data() + it->first_param : nullptr;
+    dy = it->layer->backward(params_->data() + it->first_param, dy, g, rec);
   }
+}
+
+Params Sequential::backward(const Matrix &output_cotangent) {
+  if (!params_)
+    throw Error("Sequential::backward: called before forward");
+  Params grads = zeros_like(*params_);
+  run_backward(output_cotangent, &grads, "backward");
   return grads;
+}
+
+void Sequential::backward_records(const Matrix &output_cotangent) {
+  run_backward(output_cotangent, nullptr, "backward_records");
 }
 
 Matrix Sequential::jvp(const Params &tangent) {

@@ -37,7 +37,8 @@ public:
   virtual std::optional<LayerTag> tag() const { return std::nullopt; }
 
   virtual Matrix forward(const Matrix *params, const Matrix &x, TagRecord *record) = 0;
-  // Returns dx; *adds* the batch-summed parameter gradients into grads[0..].
+  // Returns dx; *adds* the batch-summed parameter gradients into grads[0..]. A null `grads`
+  // asks for dx and the record only (Model::backward_records): skip the parameter gradients.
   virtual Matrix backward(const Matrix *params, const Matrix &dy, Matrix *grads,
                           TagRecord *record) = 0;
   virtual Matrix jvp(const Matrix *params, const Matrix *tangents, const Matrix &dx) = 0;
@@ -180,10 +181,13 @@ public:
   const std::vector<LayerTag> &tags() const override { return tags_; }
   Matrix forward(const Params &params, const Batch &batch) override;
   Params backward(const Matrix &output_cotangent) override;
+  void backward_records(const Matrix &output_cotangent) override;
   Matrix jvp(const Params &tangent) override;
   const TagRecord &record(int tag) const override;
 
 private:
+  // Backward through every layer; parameter gradients go to `grads` unless it is null.
+  void run_backward(const Matrix &output_cotangent, Params *grads, const char *who);
   struct Stage {
     std::unique_ptr<Layer> layer;
     int first_param = 0;

@@ -83,6 +83,10 @@ public:
   // Gradients of sum_i <cotangent_i, output_i> with respect to the parameters (summed over the
   // batch), at the last forward's point; records each tag's per-example output gradients.
   virtual Params backward(const Matrix &output_cotangent) = 0;
+  // The records of backward (each tag's per-example output gradients) without the parameter
+  // gradients, which the curvature estimator's passes have no use for: forming them is as much
+  // work again as the rest of a dense layer's backward. The default runs backward and drops them.
+  virtual void backward_records(const Matrix &output_cotangent) { backward(output_cotangent); }
   // The Jacobian-vector product J t (B x K) at the last forward's point, for a parameter tangent
   // t. Needed for the exact curvature-vector products of rho and the adaptive learning rate and
   // momentum.
