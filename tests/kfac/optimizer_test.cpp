@@ -48,6 +48,13 @@ struct Regression {
   std::function<Batch()> source() {
     return [this]() { return next(); };
   }
+  // A source that also keeps every batch it hands out in `seen`.
+  std::function<Batch()> recording(std::vector<Batch> &seen) {
+    return [this, &seen]() {
+      seen.push_back(next());
+      return seen.back();
+    };
+  }
   static void value(const Matrix &out, const Batch &batch, ValueContext &ctx) {
     ctx.losses().register_squared_error_loss(out, &batch.targets);
   }
@@ -69,6 +76,14 @@ StepValues values(double lr, double momentum, double damping) {
   return v;
 }
 
+// The first m examples of a batch (what a curvature subset of m sees).
+Batch head(const Batch &b, int m) {
+  Batch h;
+  h.inputs = b.inputs.topRows(m);
+  h.targets = b.targets.topRows(m);
+  return h;
+}
+
 // A(batch) = X̄ᵀX̄ / B for the single dense layer, in double.
 MatrixXd input_factor(const Batch &b) {
   MatrixXd x(b.inputs.rows(), b.inputs.cols() + 1);
@@ -83,10 +98,7 @@ TEST(kfacOptimizer, BurnInAveragesItsBatchesThenStepsUseTheEma) {
   o.num_burnin_steps = 3;
   o.curvature_ema = 0.9;
   std::vector<Batch> seen;
-  auto source = [&]() {
-    seen.push_back(r.next());
-    return seen.back();
-  };
+  auto source = r.recording(seen);
   Optimizer opt(r.model, Regression::value, o);
   opt.step(r.params, source, values(0.1, 0.0, 1e-3));
   ASSERT_EQ(seen.size(), 4u); // 3 burn-in batches + the step's own
@@ -256,11 +268,7 @@ TEST(kfacOptimizer, AdaptiveLearningRateMinimisesTheQuadraticModel) {
   for (int s = 0; s < 3; ++s) {
     const Params before = r.params;
     std::vector<Batch> last;
-    auto source = [&]() {
-      last.push_back(r.next());
-      return last.back();
-    };
-    const StepStats st = opt.step(r.params, source, v);
+    const StepStats st = opt.step(r.params, r.recording(last), v);
     EXPECT_GT(st.learning_rate, 0.0);
     Params delta = r.params;
     axpy(-1.0f, before, delta);
@@ -324,23 +332,14 @@ TEST(kfacOptimizer, CurvatureSubsetFeedsTheFactorsOnlyTheBatchHead) {
   o.curvature_ema = 0.9;
   o.curvature_batch_size = 5;
   std::vector<Batch> seen;
-  auto source = [&]() {
-    seen.push_back(r.next());
-    return seen.back();
-  };
+  auto source = r.recording(seen);
   Optimizer opt(r.model, Regression::value, o);
   const Params before = r.params;
   const StepStats st = opt.step(r.params, source, values(0.1, 0.0, 1e-3));
   ASSERT_EQ(seen.size(), 3u);
-  auto head = [](const Batch &b) {
-    Batch h;
-    h.inputs = b.inputs.topRows(5);
-    h.targets = b.targets.topRows(5);
-    return h;
-  };
   const auto &block = dynamic_cast<const DenseTwoKroneckerFactored &>(*opt.estimator().blocks()[0]);
-  const MatrixXd burn = (input_factor(head(seen[0])) + input_factor(head(seen[1]))) / 2;
-  const MatrixXd expected = (0.9 * burn + input_factor(head(seen[2]))) / 1.9;
+  const MatrixXd burn = (input_factor(head(seen[0], 5)) + input_factor(head(seen[1], 5))) / 2;
+  const MatrixXd expected = (0.9 * burn + input_factor(head(seen[2], 5))) / 1.9;
   EXPECT_LT(rel_err(block.factor_a().cast<double>(), expected), 1e-5);
   // The whole-batch factor is far from it, so the comparison above can tell them apart.
   const MatrixXd whole = (0.9 * (input_factor(seen[0]) + input_factor(seen[1])) / 2 +
@@ -349,7 +348,7 @@ TEST(kfacOptimizer, CurvatureSubsetFeedsTheFactorsOnlyTheBatchHead) {
   // The gradient is the whole batch's.
   const double g_norm = std::sqrt(squared_norm(opt.gradient(before, seen[2])));
   EXPECT_NEAR(st.grad_norm, g_norm, 1e-5 * g_norm);
-  EXPECT_GT(std::abs(std::sqrt(squared_norm(opt.gradient(before, head(seen[2])))) - g_norm),
+  EXPECT_GT(std::abs(std::sqrt(squared_norm(opt.gradient(before, head(seen[2], 5)))) - g_norm),
             1e-2 * g_norm);
 }
 
@@ -370,18 +369,12 @@ TEST(kfacOptimizer, CurvatureSubsetDrivesTheQuadraticModel) {
   v.damping = gamma;
   const Params before = r.params;
   std::vector<Batch> last;
-  auto source = [&]() {
-    last.push_back(r.next());
-    return last.back();
-  };
-  const StepStats st = opt.step(r.params, source, v);
+  const StepStats st = opt.step(r.params, r.recording(last), v);
   EXPECT_TRUE(std::isfinite(st.rho));
   Params delta = r.params;
   axpy(-1.0f, before, delta);
   const Batch &b = last.back();
-  Batch h;
-  h.inputs = b.inputs.topRows(8);
-  h.targets = b.targets.topRows(8);
+  const Batch h = head(b, 8);
   auto curvature = [&](const Batch &batch) {
     Params plus = before, minus = before;
     axpy(1.0f, delta, plus);
