@@ -211,6 +211,50 @@ TEST(kfacLayers, BackwardRecordsMatchTheFullBackward) {
   EXPECT_THROW(fresh.backward_records(Matrix::Zero(5, 2)), Error);
 }
 
+// A user's layer that knows nothing of backward_records: the default must run its backward into
+// scratch gradients (it writes grads[0]) and leave the other layers' records right.
+class UserScale : public Layer {
+public:
+  explicit UserScale(int dim) : dim_(dim) {}
+  std::string kind() const override { return "user_scale"; }
+  std::vector<ParamShape> param_shapes() const override { return {{1, dim_, "s"}}; }
+  int output_dim(int input_dim) const override { return input_dim; }
+  void initialize(Matrix *params, std::mt19937 &) const override {
+    params[0] = Matrix::Constant(1, dim_, 1.5f);
+  }
+  Matrix forward(const Matrix *params, const Matrix &x, TagRecord *) override {
+    x_ = x;
+    return x.array().rowwise() * params[0].row(0).array();
+  }
+  Matrix backward(const Matrix *params, const Matrix &dy, Matrix *grads, TagRecord *) override {
+    grads[0] += x_.cwiseProduct(dy).colwise().sum();
+    return dy.array().rowwise() * params[0].row(0).array();
+  }
+  Matrix jvp(const Matrix *, const Matrix *, const Matrix &dx) override { return dx; }
+
+private:
+  int dim_;
+  Matrix x_;
+};
+
+TEST(kfacLayers, BackwardRecordsRunsAUserLayersBackward) {
+  Sequential model(3);
+  model.add<Dense>(3, 4, Activation::tanh);
+  model.add<UserScale>(4);
+  model.add<Dense>(4, 2);
+  std::mt19937 rng(41);
+  const Params params = model.init_params(rng);
+  Batch batch;
+  batch.inputs = random_matrix(6, 3, rng);
+  const Matrix cot = random_matrix(6, 2, rng);
+  model.forward(params, batch);
+  model.backward_records(cot);
+  const Matrix first = model.record(0).output_grads;
+  model.backward(cot);
+  EXPECT_GT(first.norm(), 0.0f);
+  EXPECT_LT(rel_err(first.cast<double>(), model.record(0).output_grads.cast<double>()), 1e-6);
+}
+
 TEST(kfacLayers, Col2imIsTheAdjointOfIm2col) {
   kernels::PatchGeometry g;
   g.height = 5, g.width = 6, g.channels = 3, g.kernel_h = 3, g.kernel_w = 2;

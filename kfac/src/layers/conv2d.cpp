@@ -79,16 +79,19 @@ Matrix Conv2D::forward(const Matrix *params, const Matrix &x, TagRecord *record)
 
 Matrix Conv2D::backward(const Matrix *params, const Matrix &dy, Matrix *grads, TagRecord *record) {
   const Matrix dy_rows = reshaped(dy, y_.rows(), out_c_);
+  Matrix dz, dpatches, dw, db;
+  ops::dense_backward(dz, dpatches, dw, db, dy_rows, y_, patches_, params[0], act_);
+  grads[0] += dw;
+  if (use_bias_)
+    grads[1] += db;
+  if (record)
+    record->output_grads = std::move(dz);
+  return col2im(dpatches, geometry_);
+}
+
+Matrix Conv2D::backward_records(const Matrix *params, const Matrix &dy, TagRecord *record) {
   Matrix dz, dpatches;
-  if (grads) {
-    Matrix dw, db;
-    ops::dense_backward(dz, dpatches, dw, db, dy_rows, y_, patches_, params[0], act_);
-    grads[0] += dw;
-    if (use_bias_)
-      grads[1] += db;
-  } else {
-    ops::dense_backward_input(dz, dpatches, dy_rows, y_, params[0], act_);
-  }
+  ops::dense_backward_input(dz, dpatches, reshaped(dy, y_.rows(), out_c_), y_, params[0], act_);
   if (record)
     record->output_grads = std::move(dz);
   return col2im(dpatches, geometry_);

@@ -10,6 +10,13 @@ namespace hkfac::kfac {
 
 void Layer::initialize(Matrix *, std::mt19937 &) const {}
 
+Matrix Layer::backward_records(const Matrix *params, const Matrix &dy, TagRecord *record) {
+  std::vector<Matrix> scratch;
+  for (const ParamShape &s : param_shapes())
+    scratch.push_back(Matrix::Zero(s.rows, s.cols));
+  return backward(params, dy, scratch.data(), record);
+}
+
 const char *activation_name(Activation act) {
   switch (act) {
   case Activation::identity:
@@ -75,18 +82,19 @@ Matrix Dense::forward(const Matrix *params, const Matrix &x, TagRecord *record) 
 }
 
 Matrix Dense::backward(const Matrix *params, const Matrix &dy, Matrix *grads, TagRecord *record) {
-  if (!grads) {
-    Matrix dz, dx;
-    ops::dense_backward_input(dz, dx, dy, y_, params[0], act_);
-    if (record)
-      record->output_grads = std::move(dz);
-    return dx;
-  }
   Matrix dz, dx, dw, db;
   ops::dense_backward(dz, dx, dw, db, dy, y_, x_, params[0], act_);
   grads[0] += dw;
   if (use_bias_)
     grads[1] += db;
+  if (record)
+    record->output_grads = std::move(dz);
+  return dx;
+}
+
+Matrix Dense::backward_records(const Matrix *params, const Matrix &dy, TagRecord *record) {
+  Matrix dz, dx;
+  ops::dense_backward_input(dz, dx, dy, y_, params[0], act_);
   if (record)
     record->output_grads = std::move(dz);
   return dx;

@@ -90,14 +90,21 @@ Matrix ScaleAndShift::backward(const Matrix *params, const Matrix &dy, Matrix *g
   Matrix dx = dy;
   int i = 0;
   if (has_scale_) {
-    if (grads)
-      grads[i] += x_.cwiseProduct(dy).colwise().sum();
+    grads[i] += x_.cwiseProduct(dy).colwise().sum();
     dx = dy.array().rowwise() * params[i].row(0).array();
     ++i;
   }
-  if (has_shift_ && grads)
+  if (has_shift_)
     grads[i] += dy.colwise().sum();
   return dx;
+}
+
+Matrix ScaleAndShift::backward_records(const Matrix *params, const Matrix &dy, TagRecord *record) {
+  if (record)
+    record->output_grads = dy;
+  if (!has_scale_)
+    return dy;
+  return dy.array().rowwise() * params[0].row(0).array();
 }
 
 Matrix ScaleAndShift::jvp(const Matrix *params, const Matrix *tangents, const Matrix &dx) {
@@ -144,8 +151,13 @@ Matrix Bias::backward(const Matrix *, const Matrix &dy, Matrix *grads, TagRecord
   // The per-example gradient of b is dy itself.
   if (record)
     record->output_grads = dy;
-  if (grads)
-    grads[0] += dy.colwise().sum();
+  grads[0] += dy.colwise().sum();
+  return dy;
+}
+
+Matrix Bias::backward_records(const Matrix *, const Matrix &dy, TagRecord *record) {
+  if (record)
+    record->output_grads = dy;
   return dy;
 }
 

@@ -89,8 +89,9 @@ void Sequential::run_backward(const Matrix &output_cotangent, Params *grads, con
   Matrix dy = output_cotangent;
   for (auto it = layers_.rbegin(); it != layers_.rend(); ++it) {
     TagRecord *rec = it->tag >= 0 ? &records_[it->tag] : nullptr;
-    Matrix *g = grads ? grads->data() + it->first_param : nullptr;
-    dy = it->layer->backward(params_->data() + it->first_param, dy, g, rec);
+    const Matrix *p = params_->data() + it->first_param;
+    dy = grads ? it->layer->backward(p, dy, grads->data() + it->first_param, rec)
+               : it->layer->backward_records(p, dy, rec);
   }
 }
 

@@ -37,10 +37,13 @@ public:
   virtual std::optional<LayerTag> tag() const { return std::nullopt; }
 
   virtual Matrix forward(const Matrix *params, const Matrix &x, TagRecord *record) = 0;
-  // Returns dx; *adds* the batch-summed parameter gradients into grads[0..]. A null `grads`
-  // asks for dx and the record only (Model::backward_records): skip the parameter gradients.
+  // Returns dx; *adds* the batch-summed parameter gradients into grads[0..].
   virtual Matrix backward(const Matrix *params, const Matrix &dy, Matrix *grads,
                           TagRecord *record) = 0;
+  // dx and the record without the parameter gradients (Model::backward_records: the curvature
+  // estimator's passes). The default runs backward into scratch gradients; the library's layers
+  // with parameters do not form them.
+  virtual Matrix backward_records(const Matrix *params, const Matrix &dy, TagRecord *record);
   virtual Matrix jvp(const Matrix *params, const Matrix *tangents, const Matrix &dx) = 0;
 };
 
@@ -57,6 +60,7 @@ public:
   Matrix forward(const Matrix *params, const Matrix &x, TagRecord *record) override;
   Matrix backward(const Matrix *params, const Matrix &dy, Matrix *grads,
                   TagRecord *record) override;
+  Matrix backward_records(const Matrix *params, const Matrix &dy, TagRecord *record) override;
   Matrix jvp(const Matrix *params, const Matrix *tangents, const Matrix &dx) override;
 
 private:
@@ -85,6 +89,7 @@ public:
   Matrix forward(const Matrix *params, const Matrix &x, TagRecord *record) override;
   Matrix backward(const Matrix *params, const Matrix &dy, Matrix *grads,
                   TagRecord *record) override;
+  Matrix backward_records(const Matrix *params, const Matrix &dy, TagRecord *record) override;
   Matrix jvp(const Matrix *params, const Matrix *tangents, const Matrix &dx) override;
 
   int out_height() const { return geometry_.out_h(); }
@@ -129,6 +134,7 @@ public:
   Matrix forward(const Matrix *params, const Matrix &x, TagRecord *record) override;
   Matrix backward(const Matrix *params, const Matrix &dy, Matrix *grads,
                   TagRecord *record) override;
+  Matrix backward_records(const Matrix *params, const Matrix &dy, TagRecord *record) override;
   Matrix jvp(const Matrix *params, const Matrix *tangents, const Matrix &dx) override;
 
 private:
@@ -149,6 +155,7 @@ public:
   Matrix forward(const Matrix *params, const Matrix &x, TagRecord *record) override;
   Matrix backward(const Matrix *params, const Matrix &dy, Matrix *grads,
                   TagRecord *record) override;
+  Matrix backward_records(const Matrix *params, const Matrix &dy, TagRecord *record) override;
   Matrix jvp(const Matrix *params, const Matrix *tangents, const Matrix &dx) override;
 
 private:
