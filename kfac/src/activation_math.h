@@ -21,25 +21,10 @@ inline Matrix apply_activation(const Matrix &z, kernels::Activation act) {
   return z;
 }
 
-// act'(z) written in terms of y = act(z), which is what the backward pass keeps.
-inline Matrix activation_derivative_from_output(const Matrix &y, kernels::Activation act) {
-  using kernels::Activation;
-  switch (act) {
-  case Activation::identity:
-    return Matrix::Ones(y.rows(), y.cols());
-  case Activation::tanh:
-    return (1.0f - y.array().square()).matrix();
-  case Activation::relu:
-    return (y.array() > 0.0f).cast<float>().matrix();
-  case Activation::sigmoid:
-    return (y.array() * (1.0f - y.array())).matrix();
-  }
-  return Matrix::Ones(y.rows(), y.cols());
-}
-
-// d <- (d + 1 bᵀ) ⊙ act'(z) in place, from y = act(z); no bias when `bias` is null. One pass over
-// d, row by row, with no temporaries: on the tangent and input-gradient passes the separate
-// Eigen expressions (derivative matrix, product, bias add) cost three passes and an allocation.
+// d <- (d + 1 bᵀ) ⊙ act'(z) in place, with act'(z) written in terms of y = act(z), which is what
+// the backward pass keeps; no bias when `bias` is null. One pass over d, row by row, with no
+// temporaries: as separate Eigen expressions (derivative matrix, product, bias add) the tangent
+// and input-gradient epilogues cost three passes and an allocation.
 inline void add_bias_times_derivative(Matrix &d, const Matrix *bias, const Matrix &y,
                                       kernels::Activation act) {
   using kernels::Activation;
@@ -62,6 +47,12 @@ inline void add_bias_times_derivative(Matrix &d, const Matrix *bias, const Matri
       break;
     }
   }
+}
+
+// d ⊙ act'(z), from y = act(z): the backward and tangent step of an activation.
+inline Matrix times_derivative(Matrix d, const Matrix &y, kernels::Activation act) {
+  add_bias_times_derivative(d, nullptr, y, act);
+  return d;
 }
 
 } // namespace hkfac::kfac::detail

@@ -108,7 +108,7 @@ void dense_backward(Matrix &dZ, Matrix &dX, Matrix &dW, Matrix &db, const Matrix
   dw.commit("dense_backward dW");
   dbv.commit("dense_backward db");
 #else
-  dZ = dY.cwiseProduct(detail::activation_derivative_from_output(Y, act));
+  dZ = detail::times_derivative(dY, Y, act);
   dX.noalias() = dZ * W.transpose();
   dW.noalias() = X.transpose() * dZ;
   db = dZ.colwise().sum();
@@ -120,8 +120,7 @@ void dense_backward_input(Matrix &dZ, Matrix &dX, const Matrix &dY, const Matrix
   expect_nonempty(W, "dense_backward_input", "W");
   expect_shape(Y, Y.rows(), W.cols(), "dense_backward_input", "Y");
   expect_shape(dY, Y.rows(), W.cols(), "dense_backward_input", "dY");
-  dZ = dY;
-  detail::add_bias_times_derivative(dZ, nullptr, Y, act);
+  dZ = detail::times_derivative(dY, Y, act);
   gemm(dX, dZ, false, W, true);
 }
 

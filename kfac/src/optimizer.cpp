@@ -204,8 +204,6 @@ bool Optimizer::uses_curvature_subset(const Batch &batch) const {
 }
 
 Batch Optimizer::curvature_subset(const Batch &batch) const {
-  if (!uses_curvature_subset(batch))
-    return batch;
   const Eigen::Index m = options_.curvature_batch_size;
   Batch head;
   head.inputs = batch.inputs.topRows(m);
@@ -235,7 +233,9 @@ Params Optimizer::gradient(const Params &params, const Batch &batch) {
 void Optimizer::burn_in(const Params &params, const std::function<Batch()> &next_batch) {
   const int n = options_.num_burnin_steps;
   for (int i = 0; i < n; ++i) {
-    const Batch batch = curvature_subset(pull(next_batch));
+    Batch batch = pull(next_batch);
+    if (uses_curvature_subset(batch))
+      batch = curvature_subset(batch);
     LossRegistry losses;
     forward(params, batch, losses, nullptr, false);
     estimator_.update_curvature_estimate(model_, losses, 1.0f, 1.0f / static_cast<float>(n), rng_);

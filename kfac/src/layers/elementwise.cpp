@@ -21,11 +21,11 @@ Matrix ActivationLayer::forward(const Matrix *, const Matrix &x, TagRecord *) {
 }
 
 Matrix ActivationLayer::backward(const Matrix *, const Matrix &dy, Matrix *, TagRecord *) {
-  return dy.cwiseProduct(detail::activation_derivative_from_output(y_, act_));
+  return detail::times_derivative(dy, y_, act_);
 }
 
 Matrix ActivationLayer::jvp(const Matrix *, const Matrix *, const Matrix &dx) {
-  return dx.cwiseProduct(detail::activation_derivative_from_output(y_, act_));
+  return detail::times_derivative(dx, y_, act_);
 }
 
 ScaleAndShift::ScaleAndShift(int dim, bool has_scale, bool has_shift)

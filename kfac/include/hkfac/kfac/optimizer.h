@@ -193,8 +193,8 @@ private:
   double forward(const Params &params, const Batch &batch, LossRegistry &losses,
                  std::map<std::string, double> *aux, bool with_value);
   Params backward_gradient(const Params &params, const LossRegistry &losses);
-  // The head of `batch` that curvature is estimated on (see curvature_batch_size); `batch` itself
-  // when it is no larger.
+  // Whether curvature is estimated on a head of `batch` (curvature_batch_size is set and smaller
+  // than the batch), and that head; call curvature_subset only when it is.
   bool uses_curvature_subset(const Batch &batch) const;
   Batch curvature_subset(const Batch &batch) const;
   void burn_in(const Params &params, const std::function<Batch()> &next_batch);
