@@ -40,13 +40,16 @@ function(hkfac_add_halide_runtime)
   set_property(GLOBAL PROPERTY HKFAC_HALIDE_RUNTIME_OBJECT "${out}")
 endfunction()
 
-# hkfac_add_kernel(NAME FROM <generator exe> GENERATOR <registered name> [PARAMS k=v ...])
-# Builds hkfac_k_<NAME>_cpu and, with HKFAC_CUDA, hkfac_k_<NAME>_cuda. The generated function
-# names equal the library names; headers land in the build tree as <library>.h.
+# hkfac_add_kernel(NAME [CPU_ONLY] FROM <generator exe> GENERATOR <registered name>
+#                  [PARAMS k=v ...])
+# Builds hkfac_k_<NAME>_cpu and, with HKFAC_CUDA and without CPU_ONLY, hkfac_k_<NAME>_cuda. The
+# generated function names equal the library names; headers land in the build tree as
+# <library>.h. CPU_ONLY is for a CPU-specific variant of a kernel whose CUDA variant exists under
+# another name (the dispatch calls it on the CPU only).
 function(hkfac_add_kernel NAME)
-  cmake_parse_arguments(ARG "" "FROM;GENERATOR" "PARAMS" ${ARGN})
+  cmake_parse_arguments(ARG "CPU_ONLY" "FROM;GENERATOR" "PARAMS" ${ARGN})
   set(variants cpu)
-  if (HKFAC_CUDA)
+  if (HKFAC_CUDA AND NOT ARG_CPU_ONLY)
     list(APPEND variants cuda)
   endif ()
   foreach (v IN LISTS variants)

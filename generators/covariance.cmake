@@ -1,5 +1,8 @@
-# Covariance (K-FAC factor) update; the untiled variant serves X narrower than one tile.
+# Covariance (K-FAC factor) update; the untiled variant serves X narrower than one tile, the wide
+# one (CPU only) X of at least kCovarianceWideFrom columns (runtime/src/dispatch.h).
 add_halide_generator(hkfac_gen_covariance SOURCES covariance.cpp)
 hkfac_add_kernel(covariance_update FROM hkfac_gen_covariance GENERATOR hkfac_covariance_update)
 hkfac_add_kernel(covariance_update_small FROM hkfac_gen_covariance
                  GENERATOR hkfac_covariance_update PARAMS tiled=false)
+hkfac_add_kernel(covariance_update_wide CPU_ONLY FROM hkfac_gen_covariance
+                 GENERATOR hkfac_covariance_update PARAMS tile=48)

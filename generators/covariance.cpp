@@ -12,6 +12,8 @@ public:
   // X narrower than one tile (hkfac::gen::kCovarianceTile columns) uses the variant built with
   // tiled=false.
   GeneratorParam<bool> tiled{"tiled", true};
+  // Tile width on the CPU: hkfac::gen::kCovarianceTile, or kCovarianceWideTile for wide inputs.
+  GeneratorParam<int> tile{"tile", hkfac::gen::kCovarianceTile};
 
   Input<Buffer<float>> c_in{"c_in", 2};
   Input<Buffer<float>> x{"x", 2};
@@ -23,7 +25,8 @@ public:
     const Expr d = c_in.dim(0).extent(), dx = x.dim(0).extent(), n = x.dim(1).extent();
     // X̄: X with ones past its last column (the homogeneous column, and the tiled form's padding).
     Func xbar = BoundaryConditions::constant_exterior(x, 1.0f, {{0, dx}, {0, n}});
-    hkfac::gen::CovarianceTiles cov(tiled, c_out, c_in, x, xbar, d, dx, n, a, b);
+    hkfac::gen::CovarianceTiles cov(tiled, hkfac::gen::tile_width(tile, get_target()), c_out, c_in,
+                                    x, xbar, d, dx, n, a, b);
 
     x.dim(0).set_min(0).dim(1).set_min(0);
     c_in.dim(0).set_min(0).dim(1).set_bounds(0, d);

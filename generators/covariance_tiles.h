@@ -4,6 +4,8 @@
 // values come from.
 #pragma once
 
+#include <stdexcept>
+#include <string>
 #include <utility>
 
 #include "Halide.h"
@@ -11,8 +13,30 @@
 namespace hkfac::gen {
 
 // Width of the square tiles of X̄ᵀX̄; the runtime's dispatch uses the same value to pick the
-// untiled variant for X narrower than one tile.
+// untiled variant for X narrower than one tile. The GPU schedule always uses it (one thread per
+// element of a tile: 32² threads per block).
 constexpr int kCovarianceTile = 32;
+// The CPU's wide tiles, for wide X (the runtime's kCovarianceWideFrom): a 48-wide register block
+// (3 AVX-512 vectors x 8 rows, 24 accumulators) loads less per FMA than the 32-wide one (2 x 8),
+// and there are fewer than half as many pairs to set up and write back. Side by side (d = 501 to
+// 1001, n = 128 to 1000) the wide tiles were faster in every run, by 2-18%; at d <= 449 they
+// tied or lost (fewer pairs for two cores, a wider strip).
+constexpr int kCovarianceWideTile = 48;
+
+// The tile width a generator's `tile` parameter asks for, checked against the target. The GPU
+// schedule runs one thread per element of a 32-wide tile; without AVX-512 a wide tile's register
+// block would shrink to a row or two, so such CPUs keep the narrow tile.
+inline int tile_width(int requested, const Halide::Target &target) {
+  if (requested != kCovarianceTile && requested != kCovarianceWideTile)
+    throw std::invalid_argument("tile must be " + std::to_string(kCovarianceTile) + " or " +
+                                std::to_string(kCovarianceWideTile) + ", got " +
+                                std::to_string(requested));
+  if (target.has_gpu_feature() && requested != kCovarianceTile)
+    throw std::invalid_argument("the GPU schedule's tiles are " +
+                                std::to_string(kCovarianceTile) + " wide, got tile=" +
+                                std::to_string(requested));
+  return target.natural_vector_size<float>() >= 16 ? requested : kCovarianceTile;
+}
 
 // result = a * c_in + b * X̄ᵀX̄ for X (n rows x dx cols, x(col, row)) and X̄ = [X, 1]: X̄ has
 // c_in's width d, a column past X's being the ones (homogeneous) column, never materialised.
@@ -22,9 +46,9 @@ constexpr int kCovarianceTile = 32;
 // both).
 //
 // The caller gives X twice: `x`, read only inside [0, dx) x [0, n), and `xbar`, X̄ over columns
-// [0, d + kTile) (ones past dx) and rows [0, n).
+// [0, d + T) (ones past dx) and rows [0, n).
 //
-// Layout of the work over C (d x d), with nt = dx / kTile full tiles and c0 = nt * kTile:
+// Layout of the work over C (d x d), with T the tile width, nt = dx / T full tiles and c0 = nt * T:
 //  * [0, c0)²: tile pairs (ti <= tj) enumerated by one packed index q. Each pair's product
 //    gram(jj, ii, q) = Σ_k X(ti*T + ii, k) X(tj*T + jj, k) is written to the upper tile as is and,
 //    unless ti == tj, to the lower tile transposed, so the output is symmetric by construction.
@@ -37,22 +61,23 @@ constexpr int kCovarianceTile = 32;
 //
 // Each tile pair is written to C right after it is computed, from a stack buffer: no temporary
 // of size O(d²) exists (fresh pages cost ~10 µs each on the VMs this runs on, more than the
-// arithmetic). The temporaries are the strip, d x (< kTile), and on the CPU X̄ packed by column
-// tiles, n x (c0 + kTile): glibc serves a block of a size it has just unmapped from its heap from
+// arithmetic). The temporaries are the strip, d x (< T), and on the CPU X̄ packed by column
+// tiles, n x (c0 + T): glibc serves a block of a size it has just unmapped from its heap from
 // then on (its mmap threshold adapts), so repeated updates of one shape fault its pages in only
 // once.
 //
 // Halide infers bounds for the tile stage even when it has no tiles, and a tile would overhang a
-// C narrower than kTile: X with fewer columns than that uses the untiled form (tiled = false),
+// C narrower than T: X with fewer columns than that uses the untiled form (tiled = false),
 // which forms the small product whole.
 class CovarianceTiles {
 public:
-  // Defines `out` (the generator's output, passed as its Func) from c_in, X and the scalars.
-  CovarianceTiles(bool tiled, Halide::Func out, Halide::Func c_in, Halide::Func x,
+  // Defines `out` (the generator's output, passed as its Func) from c_in, X and the scalars,
+  // with tiles `tile` wide (kCovarianceTile, or kCovarianceWideTile on the CPU).
+  CovarianceTiles(bool tiled, int tile, Halide::Func out, Halide::Func c_in, Halide::Func x,
                   Halide::Func xbar, Halide::Expr d, Halide::Expr dx, Halide::Expr n,
                   Halide::Expr a, Halide::Expr b)
-      : result(std::move(out)), tiled_(tiled), c_in_(std::move(c_in)), d(std::move(d)),
-        dx(std::move(dx)), n(std::move(n)), a(std::move(a)), b(std::move(b)) {
+      : result(std::move(out)), tiled_(tiled), tile_(tile), c_in_(std::move(c_in)),
+        d(std::move(d)), dx(std::move(dx)), n(std::move(n)), a(std::move(a)), b(std::move(b)) {
     using namespace Halide;
     k = RDom(0, this->n, "k");
     result(j, i) = undef<float>();
@@ -100,43 +125,66 @@ public:
                                                          TailStrategy::GuardWithIf);
       return;
     }
-    // Register block of the tile product: 2 vectors of columns x 8 rows = 16 accumulators, fed
-    // per k by 2 vector loads of one row of X and 8 broadcasts from another.
-    const int block_j = 2 * vec, block_i = 8;
+    // Register block of the tile product: a tile's row of vectors x block_i rows of accumulators,
+    // fed per k by one vector load per column vector and block_i broadcasts. With AVX-512 (32
+    // registers): 2 x 8 = 16 accumulators at width 32, 3 x 8 = 24 at 48. With 16 registers the
+    // rows shrink so that the block never spills.
+    const int vecs = tile_ / vec, registers = vec >= 16 ? 32 : 16;
+    int block_i = 8;
+    while (block_i > 1 && vecs * block_i + vecs + 1 > registers)
+      block_i /= 2;
     RVar u = tiles[0], v = tiles[1], side = tiles[2], p = tiles[3];
     // Tile pairs write disjoint parts of C, which Halide cannot prove; both cores take pairs.
     // The mirrored side reads the pair's stack tile down its columns (a gather per vector from
     // L1), which measured cheaper than staging the tile through Halide's nested-vector transpose.
     result.update(0).allow_race_conditions().unroll(side).vectorize(u, vec).unroll(v, 4).parallel(
         p);
-    Func tile = gram.in(result);
-    tile.compute_at(result, p)
-        .bound(jj, 0, kCovarianceTile)
-        .bound(ii, 0, kCovarianceTile)
-        .tile(jj, ii, jo, io, ji, iin, block_j, block_i)
-        .reorder(ji, iin, jo, io)
-        .vectorize(ji, vec)
-        .unroll(ji)
-        .unroll(iin);
-    gram.compute_at(tile, jo).vectorize(jj, vec).unroll(jj).unroll(ii);
+    // The pair's product is a T² stack tile. Its rows' register blocks take turns on each
+    // chunk of kChunk rows of X, so the chunk of the column panel (kChunk x T floats) is read
+    // from L2 once and then from L1 by the tile's other blocks; blocks that each streamed all n
+    // rows re-read the whole panel from L2 and stalled on it (32-wide tile products 4.6-5.6 ->
+    // 4.1-4.3 ms at d=1001, n=1000 in alternated profiles). Each block's accumulators are loaded
+    // from and stored to the stack tile once per chunk. Chunks of 64 and 256 rows measured the
+    // same.
+    constexpr int kChunk = 128;
+    Var iio{"iio"}, iii{"iii"};
+    RVar ko{"ko"}, ki{"ki"};
+    gram.compute_at(result, p)
+        .bound(jj, 0, tile_)
+        .bound(ii, 0, tile_)
+        .vectorize(jj, vec);
+    gram.update()
+        .split(ii, iio, iii, block_i)
+        .split(k, ko, ki, kChunk, TailStrategy::GuardWithIf)
+        .reorder(jj, iii, ki, iio, ko)
+        .vectorize(jj, vec)
+        .unroll(jj)
+        .unroll(iii);
     // The panels, packed once per call (c0 x n floats): read in place, each pair's two panels are
     // 128 bytes from each of n rows a page apart, which the L2 prefetcher does not follow; packed,
     // the tile products ran 1.6-1.8x faster at d=1001, n=1000 (apps/bench/kernels/
     // profile_covariance.sh). Packing per pair instead repeats the copy for every pair.
-    xpack.compute_root().bound(ii, 0, kCovarianceTile).vectorize(ii, vec).parallel(t);
-    gram.update().reorder(jj, ii, k).vectorize(jj, vec).unroll(jj).unroll(ii);
-    // The strip is under kTile columns wide (often just the ones column): for each strip column
-    // a block of kTile rows (2 vectors with AVX-512) accumulates in registers while k streams
-    // past; blocks of rows go to both cores.
-    Var io_edge{"io_edge"};
-    edge.compute_root().vectorize(i, vec);
-    // Blocks of rows are the packed tiles, so a block's rows are one contiguous panel.
-    edge.update()
-        .split(i, io_edge, i, kCovarianceTile, TailStrategy::GuardWithIf)
-        .reorder(i, k, c, io_edge)
-        .vectorize(i, vec)
-        .unroll(i)
+    xpack.compute_root().bound(ii, 0, tile_).vectorize(ii, vec).parallel(t);
+    // The strip (under a tile's width, often just the ones column) in register blocks of a
+    // tile's rows x 8 strip columns, blocks of rows to both cores. A block's
+    // rows are one packed tile, and its columns past the strip are the strip tile's padding
+    // (ones), so blocks are never cut: the strip is computed over whole tiles of rows and whole
+    // groups of 8 columns. One accumulator chain per strip column, as before, left the FMA
+    // latency exposed (edge 0.48-0.50 -> 0.17-0.26 ms at d=1001, n=1000).
+    Var io_edge{"io_edge"}, ie{"ie"}, co{"co"}, ci{"ci"};
+    Func strip = edge.in(result);
+    strip.compute_root()
+        .align_bounds(i, tile_)
+        .align_bounds(c, 8)
+        .split(i, io_edge, ie, tile_, TailStrategy::RoundUp)
+        .split(c, co, ci, 8, TailStrategy::RoundUp)
+        .reorder(ie, ci, co, io_edge)
+        .vectorize(ie, vec)
+        .unroll(ie)
+        .unroll(ci)
         .parallel(io_edge);
+    edge.compute_at(strip, co).vectorize(i, vec).unroll(i).unroll(c);
+    edge.update().reorder(i, c, k).vectorize(i, vec).unroll(i).unroll(c);
     result.update(1).allow_race_conditions().parallel(strip_cols.y, 32);
     result.update(2).allow_race_conditions().vectorize(strip_rows.x, vec);
   }
@@ -165,7 +213,7 @@ public:
     // One block per tile pair, one thread per element; both sides are written by the same
     // threads in turn (the side loop stays serial inside the block).
     result.update(0).allow_race_conditions().gpu_blocks(p).gpu_threads(u, v);
-    // The pair's product accumulates in shared memory, k in chunks of kTile rows whose two X
+    // The pair's product accumulates in shared memory, k in chunks of T rows whose two X
     // panels are staged in shared memory by the block's threads before use.
     gram.compute_at(result, p).store_in(MemoryType::GPUShared).gpu_threads(jj, ii);
     gram.update()
@@ -190,6 +238,7 @@ private:
   // expensive X̄ (im2col) is evaluated once per element there.
   Halide::Func xpack{"xpack"};
   bool tiled_;
+  int tile_;
   Halide::Func c_in_;
   Halide::Var i{"i"}, j{"j"}, c{"c"}, ii{"ii"}, jj{"jj"}, k_{"k_"}, q{"q"}, t{"t"};
   Halide::Func row_panel{"row_panel"}, col_panel{"col_panel"}, gram{"gram"}, edge{"edge"};
@@ -210,7 +259,7 @@ private:
 
   void define_tiled(Halide::Func xbar) {
     using namespace Halide;
-    constexpr int T = kCovarianceTile;
+    const int T = tile_;
     const Expr nt = dx / T, c0 = nt * T;
 
     // Tile pairs: q -> (ti, tj), ti <= tj, with q = tj (tj + 1) / 2 + ti.
@@ -248,7 +297,7 @@ private:
         a * c_in_(strip_rows.x, c0 + strip_rows.y) + b * edge(strip_rows.x, strip_rows.y);
   }
 
-  // Fewer than kTile columns: XᵀX whole (its two triangles are the same sums of the same
+  // Fewer than T columns: XᵀX whole (its two triangles are the same sums of the same
   // products, bitwise), the ones column's entries from the column sums of X, and n in the corner.
   void define_small(Halide::Func x) {
     using namespace Halide;

@@ -73,6 +73,10 @@ int cols_of(const halide_buffer_t *b);
 // The covariance generators' tile width (generators/covariance_tiles.h, kCovarianceTile): their
 // tiled variants need X (or the patches) at least one tile wide; narrower goes to the untiled.
 constexpr int kCovarianceTile = 32;
+// X at least this wide takes the covariance kernel's wide-tile CPU variant (kCovarianceWideTile =
+// 48 columns): side by side with the 32-wide tiles it was 2-18% faster from d = 501 to 1001, tied
+// from 321 to 449 and slower at 257 with n = 1000 (fewer tile pairs for two cores).
+constexpr int kCovarianceWideFrom = 480;
 
 // Rows per call when a CPU covariance kernel's reduction is blocked (for_each_row_block): each
 // call packs its rows into column panels, and beyond a few thousand rows the panels no longer

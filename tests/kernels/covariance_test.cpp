@@ -69,6 +69,29 @@ TEST_P(CovarianceKernels, WidthsAroundOneTileMatchEigen) {
   }
 }
 
+TEST_P(CovarianceKernels, WidthsAroundTheWideTilesMatchEigen) {
+  const Device dev = GetParam();
+  HKFAC_SKIP_IF_UNAVAILABLE(dev);
+  // On the CPU, X from 480 columns takes the 48-wide tiles: the first width below and at the
+  // switch, one and 47 past a whole number of wide tiles (the widest strip), with a batch inside
+  // one 128-row chunk of the tile products and one just past it.
+  for (int d : {479, 480, 481, 527, 528}) {
+    for (int n : {5, 129}) {
+      for (bool homogeneous : {false, true}) {
+        Buffer<float> x = random_matrix(n, d, d + n);
+        Buffer<float> c = random_symmetric(d + (homogeneous ? 1 : 0), 3 * d);
+        const Eigen::MatrixXd ref = reference(to_eigen_d(c), to_eigen_d(x), 0.8, 0.2, homogeneous);
+        kernels::covariance_update(c, x, 0.8f, 0.2f, homogeneous, dev);
+        to_host(c);
+        EXPECT_LT(rel_error(to_eigen_d(c), ref), 2e-6 * std::sqrt(double(n)))
+            << "d=" << d << " n=" << n << " homogeneous=" << homogeneous;
+        EXPECT_TRUE(exactly_symmetric(c))
+            << "d=" << d << " n=" << n << " homogeneous=" << homogeneous;
+      }
+    }
+  }
+}
+
 TEST_P(CovarianceKernels, RepeatedUpdatesAccumulateTheEma) {
   const Device dev = GetParam();
   HKFAC_SKIP_IF_UNAVAILABLE(dev);

@@ -4,6 +4,7 @@
 #include "dispatch.h"
 #include "hkfac_k_covariance_update_cpu.h"
 #include "hkfac_k_covariance_update_small_cpu.h"
+#include "hkfac_k_covariance_update_wide_cpu.h"
 #if HKFAC_HAVE_CUDA
 #include "hkfac_k_covariance_update_cuda.h"
 #include "hkfac_k_covariance_update_small_cuda.h"
@@ -22,8 +23,12 @@ void covariance_update(Buffer<float> &C, const Buffer<float> &X, float a, float 
   // The kernel reads homogeneity from the shapes: C one wider than X means a ones column.
   detail::AlignedArgs args(dev);
   halide_buffer_t *c = args.out(C), *x = args.in(X);
+  const int cols = detail::cols_of(X.raw_buffer());
   auto run = [&](halide_buffer_t *rows, float a_part) {
-    if (detail::cols_of(X.raw_buffer()) >= detail::kCovarianceTile) {
+    if (dev == Device::cpu && cols >= detail::kCovarianceWideFrom) {
+      detail::check_halide_result(hkfac_k_covariance_update_wide_cpu(c, rows, a_part, b, c),
+                                  "covariance_update_wide", dev);
+    } else if (cols >= detail::kCovarianceTile) {
       HKFAC_RUN(covariance_update, dev, c, rows, a_part, b, c);
     } else {
       HKFAC_RUN(covariance_update_small, dev, c, rows, a_part, b, c);
