@@ -165,19 +165,19 @@ public:
     // the tile products ran 1.6-1.8x faster at d=1001, n=1000 (apps/bench/kernels/
     // profile_covariance.sh). Packing per pair instead repeats the copy for every pair.
     xpack.compute_root().bound(ii, 0, tile_).vectorize(ii, vec).parallel(t);
-    // The strip (under a tile's width, often just the ones column) in register blocks of a
-    // tile's rows x 8 strip columns, blocks of rows to both cores. A block's
-    // rows are one packed tile, and its columns past the strip are the strip tile's padding
-    // (ones), so blocks are never cut: the strip is computed over whole tiles of rows and whole
-    // groups of 8 columns. One accumulator chain per strip column, as before, left the FMA
-    // latency exposed (edge 0.48-0.50 -> 0.17-0.26 ms at d=1001, n=1000).
+    // The strip (under a tile's width, often just the ones column) in register blocks of the
+    // tile product's shape: a tile's rows x block_i strip columns, blocks of rows to both cores.
+    // A block's rows are one packed tile, and its columns past the strip are the strip tile's
+    // padding (ones), so blocks are never cut: the strip is computed over whole tiles of rows
+    // and whole groups of block_i columns. One accumulator chain per strip column, as before,
+    // left the FMA latency exposed (edge 0.48-0.50 -> 0.17-0.26 ms at d=1001, n=1000).
     Var io_edge{"io_edge"}, ie{"ie"}, co{"co"}, ci{"ci"};
     Func strip = edge.in(result);
     strip.compute_root()
         .align_bounds(i, tile_)
-        .align_bounds(c, 8)
+        .align_bounds(c, block_i)
         .split(i, io_edge, ie, tile_, TailStrategy::RoundUp)
-        .split(c, co, ci, 8, TailStrategy::RoundUp)
+        .split(c, co, ci, block_i, TailStrategy::RoundUp)
         .reorder(ie, ci, co, io_edge)
         .vectorize(ie, vec)
         .unroll(ie)
