@@ -161,7 +161,8 @@ public:
         .unroll(jj)
         .unroll(iii);
     // The panels, packed once per call (c0 x n floats): read in place, each pair's two panels are
-    // 128 bytes from each of n rows a page apart, which the L2 prefetcher does not follow; packed,
+    // a tile's width of floats from each of n rows a page apart, which the L2 prefetcher does not
+    // follow; packed,
     // the tile products ran 1.6-1.8x faster at d=1001, n=1000 (apps/bench/kernels/
     // profile_covariance.sh). Packing per pair instead repeats the copy for every pair.
     xpack.compute_root().bound(ii, 0, tile_).vectorize(ii, vec).parallel(t);
