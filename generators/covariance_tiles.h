@@ -162,9 +162,9 @@ public:
         .unroll(iii);
     // The panels, packed once per call (c0 x n floats): read in place, each pair's two panels are
     // a tile's width of floats from each of n rows a page apart, which the L2 prefetcher does not
-    // follow; packed,
-    // the tile products ran 1.6-1.8x faster at d=1001, n=1000 (apps/bench/kernels/
-    // profile_covariance.sh). Packing per pair instead repeats the copy for every pair.
+    // follow; packed, the tile products ran 1.6-1.8x faster at d=1001, n=1000
+    // (apps/bench/kernels/profile_covariance.sh). Packing per pair instead repeats the copy for
+    // every pair.
     xpack.compute_root().bound(ii, 0, tile_).vectorize(ii, vec).parallel(t);
     // The strip (under a tile's width, often just the ones column) in register blocks of the
     // tile product's shape: a tile's rows x block_i strip columns, blocks of rows to both cores.
