@@ -171,7 +171,8 @@ Batch Optimizer::pull(const std::function<Batch()> &next_batch) {
 }
 
 double Optimizer::forward(const Params &params, const Batch &batch, LossRegistry &losses,
-                          std::map<std::string, double> *aux, bool with_value) {
+                          std::map<std::string, double> *aux, bool with_value,
+                          const double *params_squared_norm) {
   const Matrix outputs = model_.forward(params, batch);
   ValueContext ctx(losses, options_.value_func_has_rng ? &value_rng_ : nullptr,
                    options_.value_func_has_state ? &state_ : nullptr, options_.value_func_has_aux);
@@ -188,7 +189,8 @@ double Optimizer::forward(const Params &params, const Batch &batch, LossRegistry
     *aux = ctx.aux();
   if (!with_value)
     return 0.0;
-  return losses.total_values().mean() + 0.5 * options_.l2_reg * squared_norm(params);
+  const double sq = params_squared_norm ? *params_squared_norm : squared_norm(params);
+  return losses.total_values().mean() + 0.5 * options_.l2_reg * sq;
 }
 
 Params Optimizer::backward_gradient(const Params &params, const LossRegistry &losses) {
@@ -346,23 +348,24 @@ StepStats Optimizer::step(Params &params, const std::function<Batch()> &next_bat
     st.timings.update_s = seconds_since(t);
     return reject();
   };
-  Params delta;
   // The quadratic model's J u and J v, kept: rho's J Δ is their combination (J is linear), which
   // saves a Jacobian-vector product on every damping adaptation.
   Matrix ju, jv;
   double alpha = 0.0, beta = 0.0;
   if (options_.use_adaptive_learning_rate) {
     // Minimise q(α, β) = ½ [α β] M [α β]ᵀ + [gᵀu gᵀv] [α β]ᵀ with M_ab = aᵀ(C + γI)b over
-    // Δ = α u + β v.
+    // Δ = α u + β v. The dots of g, u and v come from one pass over the three lists.
     ju = jvp(u);
-    const double muu = curvature_form(ju, ju) + gamma * squared_norm(u);
-    const double bu = dot(g, u);
+    const bool with_velocity = step_ > 0;
+    const Eigen::MatrixXd dots = with_velocity ? gram({&g, &u, &velocity_}) : gram({&g, &u});
+    const double muu = curvature_form(ju, ju) + gamma * dots(1, 1);
+    const double bu = dots(0, 1);
     alpha = -bu / muu;
-    if (step_ > 0) {
+    if (with_velocity) {
       jv = jvp(velocity_);
-      const double muv = curvature_form(ju, jv) + gamma * dot(u, velocity_);
-      const double mvv = curvature_form(jv, jv) + gamma * squared_norm(velocity_);
-      const double bv = dot(g, velocity_);
+      const double muv = curvature_form(ju, jv) + gamma * dots(1, 2);
+      const double mvv = curvature_form(jv, jv) + gamma * dots(2, 2);
+      const double bv = dots(0, 2);
       if (options_.use_adaptive_momentum) {
         const double det = muu * mvv - muv * muv;
         if (det > 1e-12 * std::abs(muu * mvv) && mvv > 0.0) {
@@ -376,7 +379,6 @@ StepStats Optimizer::step(Params &params, const std::function<Batch()> &next_bat
     }
     r.learning_rate = -alpha;
     r.momentum = beta;
-    delta = combine(static_cast<float>(alpha), u, static_cast<float>(beta), velocity_);
   } else {
     if (options_.norm_constraint) {
       const double s = r.learning_rate * r.learning_rate * dot(u, g);
@@ -384,18 +386,18 @@ StepStats Optimizer::step(Params &params, const std::function<Batch()> &next_bat
         scale(static_cast<float>(std::sqrt(*options_.norm_constraint / s)), u);
       }
     }
-    delta = combine(static_cast<float>(-r.learning_rate), u, static_cast<float>(r.momentum),
-                    velocity_);
+    alpha = -r.learning_rate;
+    beta = r.momentum;
   }
   st.learning_rate = r.learning_rate;
   st.momentum = r.momentum;
   st.damping = r.damping;
-  const double delta_sq = squared_norm(delta); // finite exactly when delta is (all_finite)
-  if (!std::isfinite(delta_sq))
-    return reject_update();
-
-  Params candidate = combine(1.0f, params, 1.0f, delta);
-  if (!all_finite(candidate))
+  // Δ = α u + β v and θ + Δ, with the sums below, in one pass. Non-finite values show as
+  // non-finite squared norms (see all_finite).
+  const StepSums sums = form_step(static_cast<float>(alpha), u, static_cast<float>(beta),
+                                  velocity_, params, g, next_velocity_, next_params_);
+  const double delta_sq = sums.delta_squared_norm;
+  if (!std::isfinite(delta_sq) || !std::isfinite(sums.next_squared_norm))
     return reject_update();
   const bool adapt_damping =
       options_.use_adaptive_damping && (step_ + 1) % options_.damping_adaptation_interval == 0;
@@ -404,23 +406,27 @@ StepStats Optimizer::step(Params &params, const std::function<Batch()> &next_bat
     // rho on this batch: actual change over the quadratic model's predicted change.
     Matrix jd;
     if (ju.size() == 0) {
-      jd = jvp(delta);
+      jd = jvp(next_velocity_);
     } else {
       jd = static_cast<float>(alpha) * ju;
       if (jv.size() != 0)
         jd += static_cast<float>(beta) * jv;
     }
-    const double predicted =
-        dot(g, delta) + 0.5 * (curvature_form(jd, jd) + l2 * delta_sq);
+    const double predicted = sums.g_dot_delta + 0.5 * (curvature_form(jd, jd) + l2 * delta_sq);
     LossRegistry new_losses;
-    const double new_loss = forward(candidate, batch, new_losses, nullptr, true);
+    const double new_loss =
+        forward(next_params_, batch, new_losses, nullptr, true, &sums.next_squared_norm);
     if (!std::isfinite(new_loss))
       return reject_update();
     st.rho = predicted != 0.0 ? (new_loss - st.loss) / predicted : 0.0;
   }
 
-  params = std::move(candidate);
-  velocity_ = std::move(delta);
+  // Element-wise swaps: a caller's reference to one of params' matrices stays valid and sees
+  // the new values; the old ones become next step's scratch.
+  for (size_t i = 0; i < params.size(); ++i) {
+    params[i].swap(next_params_[i]);
+    velocity_[i].swap(next_velocity_[i]);
+  }
   st.update_norm = std::sqrt(delta_sq);
 
   if (adapt_damping) {

@@ -190,8 +190,10 @@ private:
   Resolved resolve(const StepValues &values) const;
   Batch pull(const std::function<Batch()> &next_batch);
   // Forward + value function; fills `losses`; returns the objective (when `with_value`).
+  // `params_squared_norm`, when given, is Σ params² already known (for the L2 term).
   double forward(const Params &params, const Batch &batch, LossRegistry &losses,
-                 std::map<std::string, double> *aux, bool with_value);
+                 std::map<std::string, double> *aux, bool with_value,
+                 const double *params_squared_norm = nullptr);
   Params backward_gradient(const Params &params, const LossRegistry &losses);
   // Whether curvature is estimated on a head of `batch` (curvature_batch_size is set and smaller
   // than the batch), and that head; call curvature_subset only when it is.
@@ -216,6 +218,10 @@ private:
   int rejected_steps_ = 0;
   int inverse_updates_ = 0;
   int curvature_updates_ = 0;
+  // The step under test: its update and the parameters it leads to, written in one pass and
+  // swapped in when accepted. Kept between steps so that pass reuses their storage.
+  Params next_velocity_;
+  Params next_params_;
 };
 
 } // namespace hkfac::kfac

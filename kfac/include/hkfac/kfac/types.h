@@ -32,14 +32,29 @@ struct ParamShape {
 };
 
 // Arithmetic on parameter lists (all lists must have matching shapes; checked, naming `what`).
+// Passes over lists of 64K elements or more run on the Halide runtime's thread pool; sums are
+// the same bit for bit whatever the thread count.
 void check_same_shapes(const Params &a, const Params &b, const char *what);
 Params zeros_like(const Params &p);
 double dot(const Params &a, const Params &b);
 // Σ a_ij b_ij of two same-shape matrices, summed in double.
 double dot(const Matrix &a, const Matrix &b);
 double squared_norm(const Params &p);
+// All pairwise dots of k same-shape lists (the k x k Gram matrix), in one pass that reads each
+// list once, where k(k+1)/2 calls of dot would read each list k times.
+Eigen::MatrixXd gram(const std::vector<const Params *> &lists);
 // alpha * x + beta * y, in one pass (no zero-filled list to accumulate into).
 Params combine(float alpha, const Params &x, float beta, const Params &y);
+// An optimizer update in one pass: delta = alpha x + beta y and next = base + delta (the same
+// float expressions as combine), with the sums the step needs of them. delta and next are
+// resized to x's shapes, reusing their storage when it fits.
+struct StepSums {
+  double delta_squared_norm = 0; // Σ delta², finite exactly when delta is
+  double g_dot_delta = 0;        // Σ g · delta
+  double next_squared_norm = 0;  // Σ next², finite exactly when next is
+};
+StepSums form_step(float alpha, const Params &x, float beta, const Params &y, const Params &base,
+                   const Params &g, Params &delta, Params &next);
 // y <- y + alpha * x
 void axpy(float alpha, const Params &x, Params &y);
 void scale(float alpha, Params &p);
