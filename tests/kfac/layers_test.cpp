@@ -255,6 +255,76 @@ TEST(kfacLayers, BackwardRecordsRunsAUserLayersBackward) {
   EXPECT_LT(rel_err(first.cast<double>(), model.record(0).output_grads.cast<double>()), 1e-6);
 }
 
+// A model's first layer skips its input gradient: the parameter gradients and records it leaves
+// must be those of the full backward (the fused kernel), for every activation, with and without
+// bias, dense and conv2d.
+TEST(kfacLayers, FirstLayerPassesWithoutInputGradMatchTheFullOnes) {
+  std::mt19937 rng(51);
+  std::vector<std::unique_ptr<Layer>> layers;
+  std::vector<int> input_dims;
+  for (Activation act :
+       {Activation::identity, Activation::tanh, Activation::relu, Activation::sigmoid}) {
+    for (bool bias : {true, false}) {
+      layers.push_back(std::make_unique<Dense>(7, 129, act, bias));
+      input_dims.push_back(7);
+    }
+  }
+  // 5 x 6 images, 2 channels, 3 output channels, 3 x 3 kernels, stride 2, padding 1.
+  layers.push_back(std::make_unique<Conv2D>(5, 6, 2, 3, 3, 2, 1, Activation::tanh, true));
+  input_dims.push_back(5 * 6 * 2);
+  for (size_t l = 0; l < layers.size(); ++l) {
+    Layer &layer = *layers[l];
+    std::vector<Matrix> params;
+    for (const ParamShape &s : layer.param_shapes())
+      params.push_back(random_matrix(s.rows, s.cols, rng));
+    const Matrix x = random_matrix(9, input_dims[l], rng);
+    TagRecord full, lean;
+    const Matrix y = layer.forward(params.data(), x, &full);
+    lean.inputs = full.inputs;
+    const Matrix dy = random_matrix(y.rows(), y.cols(), rng);
+    std::vector<Matrix> want, got;
+    for (const Matrix &p : params) {
+      want.push_back(Matrix::Constant(p.rows(), p.cols(), 0.25f)); // adds, not assigns
+      got.push_back(want.back());
+    }
+    layer.backward(params.data(), dy, want.data(), &full);
+    layer.backward_without_input_grad(params.data(), dy, got.data(), &lean);
+    const std::string what = layer.kind() + " " + std::to_string(l);
+    for (size_t t = 0; t < params.size(); ++t)
+      EXPECT_LT(rel_err(got[t].cast<double>(), want[t].cast<double>()), 1e-5) << what << " param " << t;
+    EXPECT_GT(full.output_grads.norm(), 0.0f) << what;
+    EXPECT_LT(rel_err(lean.output_grads.cast<double>(), full.output_grads.cast<double>()), 1e-6)
+        << what;
+    TagRecord records_only;
+    layer.backward_records_without_input_grad(params.data(), dy, &records_only);
+    EXPECT_LT(rel_err(records_only.output_grads.cast<double>(), full.output_grads.cast<double>()),
+              1e-6)
+        << what;
+    // Without a record (an untagged use), nothing is written and nothing fails.
+    layer.backward_records_without_input_grad(params.data(), dy, nullptr);
+  }
+}
+
+// A user's layer first in the model: the default first-layer passes run its backward.
+TEST(kfacLayers, AUserLayerFirstStillGetsItsGradient) {
+  Sequential model(3);
+  model.add<UserScale>(3);
+  model.add<Dense>(3, 2, Activation::tanh);
+  std::mt19937 rng(61);
+  const Params params = model.init_params(rng);
+  Batch batch;
+  batch.inputs = random_matrix(4, 3, rng);
+  const Matrix cot = random_matrix(4, 2, rng);
+  model.forward(params, batch);
+  const Params grads = model.backward(cot);
+  // d/ds of Σ cot ⊙ tanh((x ⊙ s) W + b) = Σ_rows x ⊙ (dz Wᵀ), dz = cot ⊙ (1 - y²).
+  const Matrix y = model.forward(params, batch);
+  const Matrix dz = cot.array() * (1.0f - y.array().square());
+  const Matrix want = batch.inputs.cwiseProduct(dz * params[1].transpose()).colwise().sum();
+  EXPECT_LT(rel_err(grads[0].cast<double>(), want.cast<double>()), 1e-5);
+  model.backward_records(cot); // runs the user layer's backward into scratch; must not throw
+}
+
 TEST(kfacLayers, Col2imIsTheAdjointOfIm2col) {
   kernels::PatchGeometry g;
   g.height = 5, g.width = 6, g.channels = 3, g.kernel_h = 3, g.kernel_w = 2;

@@ -2,6 +2,7 @@
 #include <cmath>
 
 #include "affine_jvp.h"
+#include "affine_parameter_grads.h"
 #include "hkfac/error.h"
 #include "hkfac/kfac/layers.h"
 #include "ops.h"
@@ -95,6 +96,18 @@ Matrix Conv2D::backward_records(const Matrix *params, const Matrix &dy, TagRecor
   if (record)
     record->output_grads = std::move(dz);
   return col2im(dpatches, geometry_);
+}
+
+void Conv2D::backward_without_input_grad(const Matrix *, const Matrix &dy, Matrix *grads,
+                                         TagRecord *record) {
+  detail::affine_parameter_grads(reshaped(dy, y_.rows(), out_c_), y_, patches_, act_, grads,
+                                 use_bias_, record);
+}
+
+void Conv2D::backward_records_without_input_grad(const Matrix *, const Matrix &dy,
+                                                 TagRecord *record) {
+  if (record)
+    record->output_grads = detail::times_derivative(reshaped(dy, y_.rows(), out_c_), y_, act_);
 }
 
 Matrix Conv2D::jvp(const Matrix *params, const Matrix *tangents, const Matrix &dx) {

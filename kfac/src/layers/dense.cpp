@@ -2,6 +2,7 @@
 #include <cmath>
 
 #include "affine_jvp.h"
+#include "affine_parameter_grads.h"
 #include "hkfac/error.h"
 #include "hkfac/kfac/layers.h"
 #include "ops.h"
@@ -15,6 +16,16 @@ Matrix Layer::backward_records(const Matrix *params, const Matrix &dy, TagRecord
   for (const ParamShape &s : param_shapes())
     scratch.push_back(Matrix::Zero(s.rows, s.cols));
   return backward(params, dy, scratch.data(), record);
+}
+
+void Layer::backward_without_input_grad(const Matrix *params, const Matrix &dy, Matrix *grads,
+                                        TagRecord *record) {
+  backward(params, dy, grads, record);
+}
+
+void Layer::backward_records_without_input_grad(const Matrix *params, const Matrix &dy,
+                                                TagRecord *record) {
+  backward_records(params, dy, record);
 }
 
 const char *activation_name(Activation act) {
@@ -98,6 +109,17 @@ Matrix Dense::backward_records(const Matrix *params, const Matrix &dy, TagRecord
   if (record)
     record->output_grads = std::move(dz);
   return dx;
+}
+
+void Dense::backward_without_input_grad(const Matrix *, const Matrix &dy, Matrix *grads,
+                                        TagRecord *record) {
+  detail::affine_parameter_grads(dy, y_, x_, act_, grads, use_bias_, record);
+}
+
+void Dense::backward_records_without_input_grad(const Matrix *, const Matrix &dy,
+                                                TagRecord *record) {
+  if (record)
+    record->output_grads = detail::times_derivative(dy, y_, act_);
 }
 
 Matrix Dense::jvp(const Matrix *params, const Matrix *tangents, const Matrix &dx) {

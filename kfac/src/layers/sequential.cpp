@@ -1,4 +1,6 @@
 // Sequential: the layer library's Model.
+#include <iterator>
+
 #include "hkfac/error.h"
 #include "hkfac/kfac/layers.h"
 
@@ -90,8 +92,16 @@ void Sequential::run_backward(const Matrix &output_cotangent, Params *grads, con
   for (auto it = layers_.rbegin(); it != layers_.rend(); ++it) {
     TagRecord *rec = it->tag >= 0 ? &records_[it->tag] : nullptr;
     const Matrix *p = params_->data() + it->first_param;
-    dy = grads ? it->layer->backward(p, dy, grads->data() + it->first_param, rec)
-               : it->layer->backward_records(p, dy, rec);
+    Matrix *g = grads ? grads->data() + it->first_param : nullptr;
+    if (std::next(it) == layers_.rend()) {
+      // The first layer's input is data: nothing reads its gradient.
+      if (g)
+        it->layer->backward_without_input_grad(p, dy, g, rec);
+      else
+        it->layer->backward_records_without_input_grad(p, dy, rec);
+      break;
+    }
+    dy = g ? it->layer->backward(p, dy, g, rec) : it->layer->backward_records(p, dy, rec);
   }
 }
 

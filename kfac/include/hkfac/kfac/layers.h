@@ -44,6 +44,14 @@ public:
   // estimator's passes). The default runs backward into scratch gradients; the library's layers
   // with parameters do not form them.
   virtual Matrix backward_records(const Matrix *params, const Matrix &dy, TagRecord *record);
+  // backward and backward_records for a layer whose input gradient nobody reads (a Sequential's
+  // first layer: its input is data). The defaults call those and drop dx; Dense and Conv2D skip
+  // the dx product (and Conv2D its col2im), the largest product of the pass when the input is
+  // wide, as an autoencoder's 784-pixel images are.
+  virtual void backward_without_input_grad(const Matrix *params, const Matrix &dy, Matrix *grads,
+                                           TagRecord *record);
+  virtual void backward_records_without_input_grad(const Matrix *params, const Matrix &dy,
+                                                   TagRecord *record);
   virtual Matrix jvp(const Matrix *params, const Matrix *tangents, const Matrix &dx) = 0;
 };
 
@@ -61,6 +69,10 @@ public:
   Matrix backward(const Matrix *params, const Matrix &dy, Matrix *grads,
                   TagRecord *record) override;
   Matrix backward_records(const Matrix *params, const Matrix &dy, TagRecord *record) override;
+  void backward_without_input_grad(const Matrix *params, const Matrix &dy, Matrix *grads,
+                                   TagRecord *record) override;
+  void backward_records_without_input_grad(const Matrix *params, const Matrix &dy,
+                                           TagRecord *record) override;
   Matrix jvp(const Matrix *params, const Matrix *tangents, const Matrix &dx) override;
 
 private:
@@ -90,6 +102,10 @@ public:
   Matrix backward(const Matrix *params, const Matrix &dy, Matrix *grads,
                   TagRecord *record) override;
   Matrix backward_records(const Matrix *params, const Matrix &dy, TagRecord *record) override;
+  void backward_without_input_grad(const Matrix *params, const Matrix &dy, Matrix *grads,
+                                   TagRecord *record) override;
+  void backward_records_without_input_grad(const Matrix *params, const Matrix &dy,
+                                           TagRecord *record) override;
   Matrix jvp(const Matrix *params, const Matrix *tangents, const Matrix &dx) override;
 
   int out_height() const { return geometry_.out_h(); }
