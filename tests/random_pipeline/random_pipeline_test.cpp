@@ -25,18 +25,11 @@ struct KnownBug {
   const char *reason;
   bool wrong_output; // runs, but its output differs from the root build's (else: fails to run)
 };
-constexpr const char *kShiftedInputRead =
-    "Adams2019 splits the input's boundary-condition wrapper with TailStrategy::ShiftInwards, "
-    "so at image borders the shifted tail reads the input out of bounds";
-constexpr KnownBug kKnownBugs[] = {
-    {1, "Adams2019", kShiftedInputRead, false},
-    {6, "Adams2019",
-     "Halide 14 miscompiles Adams2019's schedule: s2_mul is computed at the erosion's window-row "
-     "RVar and stored at the channel loop under a GuardWithIf split of y, and the sliding-window "
-     "pass slides it along c instead of y, so six of seven window rows read storage never written "
-     "(minimal repro: tests/halide_findings)",
-     true},
-};
+// At HKFAC_AGREEMENT_TARGET (the AVX2 target) no seed of this suite hits one. At the AVX-512
+// hosts' own targets, Adams2019 failed on seed 1 (it split the input's boundary-condition wrapper
+// with ShiftInwards, so the shifted tail read the input out of bounds) and seed 6 (a Halide 14
+// sliding-window miscompile, reproduced on both kinds of host by tests/halide_findings).
+const std::vector<KnownBug> kKnownBugs = {};
 
 const KnownBug *known_bug(const RpVariant &v) {
   for (const KnownBug &b : kKnownBugs) {
