@@ -9,13 +9,14 @@
 //  * b is read through b_pack(jj, k, jt): a C-column panel, zero-padded past n, so the inner loop
 //    never needs a tail case; a is read through a_rows(ii, k, it), rows clamped to m - 1 (rows
 //    past m compute values nobody stores). Transposed operands differ only in these two reads.
-//  * CPU: a tile is 3 vectors x 8 rows = 24 accumulators held in registers while k runs
-//    innermost (per k: 3 vector loads of the packed panel, 8 broadcasts of a, 24 FMAs). A
+//  * CPU: a tile is 3 vectors x 8 rows = 24 accumulators (4 rows = 12 with AVX2's 16 vector
+//    registers) held in registers while k runs innermost (per k: 3 vector loads of the packed
+//    panel, one broadcast of a per row, 3 FMAs per row). A
 //    parallel task is a block of rows x a block of column panels; for each column panel and
 //    k-slice of kKSlice, the b panel slice is packed once into a fixed-size stack buffer (L1
 //    sized, never malloc'd: large per-call heap buffers cost more in page faults than packing
-//    itself) and reused by every tile of the task's row block. a needs no packing: its 8 rows
-//    are 8 sequential streams (or, transposed, 8 adjacent floats per k).
+//    itself) and reused by every tile of the task's row block. a needs no packing: its rows
+//    are sequential streams (or, transposed, adjacent floats per k).
 //  * GPU: a tile is one thread block's output (64 x 32 on 16 x 8 threads, 4 x 4 outputs per
 //    thread, columns 16 apart for coalescing), with each 16-deep k-slice of both operands
 //    staged through shared memory. Untested on hardware here; see schedule_gpu.
@@ -37,8 +38,8 @@ public:
          Halide::Expr depth, const Halide::Target &target)
       : m_(m), n_(n), gpu_(target.has_gpu_feature()),
         vec_(gpu_ ? 1 : target.natural_vector_size<float>()), cols_(gpu_ ? 64 : 3 * vec_),
-        rows_(gpu_ ? 32 : 8), a_rows_(name + "_a_rows"), b_pack_(name + "_b_pack"),
-        tile_(name + "_tile") {
+        rows_(gpu_ ? 32 : cpu_tile_rows(vec_)), a_rows_(name + "_a_rows"),
+        b_pack_(name + "_b_pack"), tile_(name + "_tile") {
     using namespace Halide;
     RDom k(0, depth, name + "_k");
     k_ = k.x;
@@ -182,6 +183,12 @@ public:
   }
 
 private:
+  // Rows of a CPU tile: as many as fit the vector registers beside the tile's 3 panel vectors
+  // and one broadcast. AVX-512 has 32: 8 rows (24 accumulators). AVX2 has 16: 4 rows (12); with
+  // 8 rows there the accumulators spilled and every product ran at half of OpenBLAS's speed on
+  // a Zen 3 host (0.48-0.55x; 3 x 4: 0.76-1.05x, ahead of 2 x 6, 2 x 5 and 1 x 12 side by side).
+  static int cpu_tile_rows(int vec) { return vec >= 16 ? 8 : 4; }
+
   // The tile index arithmetic in operator() simplifies only when the consumer starts at 0.
   void bind(Halide::Func out, const Halide::Var &j, const Halide::Var &i) {
     out.bound(j, 0, n_).bound(i, 0, m_);
