@@ -1,4 +1,4 @@
-// The relative-throughput loss: values, exact gradient, Gauss–Newton curvature.
+// The relative-throughput loss: values, exact gradient, Gauss–Newton curvature and its factor.
 #include "relative_throughput_loss.h"
 
 #include <algorithm>
@@ -110,10 +110,24 @@ double RelativeThroughputLoss::curvature(Eigen::Index n, Eigen::Index r) const {
 kfac::Matrix RelativeThroughputLoss::multiply_fisher(const kfac::Matrix &v) const {
   check_vector(v, 1, "multiply_fisher");
   const Eigen::Index r = reference(targets());
-  kfac::Matrix out(v.rows(), 1);
-  for (Eigen::Index n = 0; n < v.rows(); ++n)
-    out(n, 0) = static_cast<float>(curvature(n, r) * v(n, 0));
-  return out;
+  const double p_r = inputs_(r, 0);
+  // 2w·Jᵀ(J v) with J = de/dp: row n of J (n ≠ r, guard inactive) is -p_r/p_n² at n and 1/p_n
+  // at r, so the reference gathers every residual's term.
+  Eigen::VectorXd out = Eigen::VectorXd::Zero(v.rows());
+  for (Eigen::Index n = 0; n < v.rows(); ++n) {
+    if (n == r)
+      continue;
+    const double p = inputs_(n, 0);
+    bool live;
+    inverse_ratio(p, p_r, &live);
+    if (!live)
+      continue;
+    const double d_n = -p_r / (p * p), d_r = 1.0 / p;
+    const double jv = d_n * v(n, 0) + d_r * v(r, 0);
+    out(n) += 2.0 * weight_ * d_n * jv;
+    out(r) += 2.0 * weight_ * d_r * jv;
+  }
+  return out.cast<float>();
 }
 
 kfac::Matrix RelativeThroughputLoss::multiply_fisher_factor(const kfac::Matrix &v) const {

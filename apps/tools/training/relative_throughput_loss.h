@@ -15,12 +15,16 @@ namespace hkfac::cost_model {
 // the examples; the gradient includes that coupling exactly.
 //
 // Curvature: the loss is not a likelihood, so it has no samples (fisher_gradients is an error)
-// and its "Fisher" is the diagonal of the Gauss–Newton matrix 2w·JᵀJ of the residuals
-// e_n = p_r/p_n − t_r/t_n (J = de/dp): 2w (p_r / p_n²)² for n ≠ r, and 2w Σ_{n≠r} 1/p_n² for the
-// reference, which every residual depends on. Dropping the off-diagonal (reference) terms keeps
-// it row-wise, which K-FAC's estimator needs (one output per schedule, so ggn_exact costs one
-// backward pass); keeping the reference's diagonal matters, or the fastest schedule's direction
-// would be preconditioned by damping alone.
+// and its Fisher and Hessian both mean the Gauss–Newton matrix H = 2w·JᵀJ of the residuals
+// e_n = p_r/p_n − t_r/t_n (J = de/dp).
+//  - multiply_fisher / multiply_hessian: H v exactly, reference coupling included (the exact
+//    curvature products of the quadratic model and rho).
+//  - the factors: row-wise, the square root of H's diagonal, 2w (p_r / p_n²)² for n ≠ r and
+//    2w Σ_{n≠r} 1/p_n² for the reference. K-FAC's factors are sums of per-example outer
+//    products, and H's exact square root √(2w)·Jᵀ has, in every column, example n's entry and
+//    the reference's; summed over the columns, each example's squared entries are H's diagonal.
+//    So these row-wise factors give every block exactly the statistics of ggn_exact with the
+//    coupled square root, in one backward pass instead of one per schedule.
 class RelativeThroughputLoss : public kfac::LossFunction {
 public:
   RelativeThroughputLoss(const kfac::Matrix &predictions, const kfac::Matrix *runtimes,
@@ -36,7 +40,7 @@ public:
 private:
   // Index of the fastest measured schedule; throws on non-positive or non-finite runtimes.
   Eigen::Index reference(const kfac::Matrix &runtimes) const;
-  // Diagonal entry n of the Gauss–Newton matrix 2w·JᵀJ of the residuals e with respect to p.
+  // Diagonal entry n of H, the Gauss–Newton matrix 2w·JᵀJ of the residuals e with respect to p.
   double curvature(Eigen::Index n, Eigen::Index r) const;
 };
 
