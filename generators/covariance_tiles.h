@@ -4,6 +4,7 @@
 // values come from.
 #pragma once
 
+#include <algorithm>
 #include <stdexcept>
 #include <string>
 #include <utility>
@@ -22,20 +23,54 @@ constexpr int kCovarianceTile = 32;
 // 1001, n = 128 to 1000) the wide tiles were faster in every run, by 2-18%; at d <= 449 they
 // tied or lost (fewer pairs for two cores, a wider strip).
 constexpr int kCovarianceWideTile = 48;
+// The wide variant's tile with 16 vector registers (AVX2). There a 48-wide tile's best block,
+// 3 x 4, ran no faster than the 32-wide tile's 4 x 2 and its 41-column strip (at d = 1001) cost
+// 5x the 9-column one. A 24-wide tile gets the same 3 x 4 block (12 accumulators, 7 loads and
+// broadcasts per 12 FMAs against 6 per 8) with a strip under 24 columns: on a Zen 3 host it was
+// 5-15% faster than 32-wide at d = 785 and 1001 (n = 128 to 1000), mixed at d <= 501.
+constexpr int kCovarianceWideTileAvx2 = 24;
 
 // The tile width a generator's `tile` parameter asks for, checked against the target. The GPU
-// schedule runs one thread per element of a 32-wide tile; without AVX-512 a wide tile's register
-// block would shrink to a row or two, so such CPUs keep the narrow tile.
+// schedule runs one thread per element of a 32-wide tile. The wide variant's tile depends on the
+// CPU's vector registers (kCovarianceWideTileAvx2).
 inline int tile_width(int requested, const Halide::Target &target) {
   if (requested != kCovarianceTile && requested != kCovarianceWideTile)
     throw std::invalid_argument("tile must be " + std::to_string(kCovarianceTile) + " or " +
                                 std::to_string(kCovarianceWideTile) + ", got " +
                                 std::to_string(requested));
   if (target.has_gpu_feature() && requested != kCovarianceTile)
-    throw std::invalid_argument("the GPU schedule's tiles are " +
-                                std::to_string(kCovarianceTile) + " wide, got tile=" +
-                                std::to_string(requested));
-  return target.natural_vector_size<float>() >= 16 ? requested : kCovarianceTile;
+    throw std::invalid_argument("the GPU schedule's tiles are " + std::to_string(kCovarianceTile) +
+                                " wide, got tile=" + std::to_string(requested));
+  if (requested == kCovarianceWideTile && target.natural_vector_size<float>() < 16)
+    return kCovarianceWideTileAvx2;
+  return requested;
+}
+
+// A register block of the tile product: `vecs` vectors of a tile's columns x `rows` of its rows,
+// vecs * rows accumulators, fed per k by `vecs` loads and `rows` broadcasts. It needs
+// vecs * rows + min(vecs, rows) + 1 vector registers (the accumulators, plus one operand's loads
+// or broadcasts held while the other's pass one at a time), and it must divide the tile.
+struct RegisterBlock {
+  int vecs, rows;
+};
+
+// The block with the most accumulators that fits `registers` (32 with AVX-512, 16 with AVX2) for
+// a tile `tile_vecs` vectors wide, the fewest loads and broadcasts per k among equals; with
+// `whole_rows` (the strip's blocks) it spans all of a tile row's vectors. AVX-512: 2 x 8 (32-wide
+// tiles) and 3 x 8 (48-wide). AVX2: 4 x 2 (32-wide) and 3 x 4 (24-wide).
+inline RegisterBlock register_block(int tile_vecs, int tile, int registers, bool whole_rows) {
+  auto need = [](int v, int r) { return v * r + std::min(v, r) + 1; };
+  RegisterBlock best{tile_vecs, 1};
+  for (int v = tile_vecs; v >= (whole_rows ? tile_vecs : 1); --v) {
+    for (int r = 1; r <= 8; ++r) {
+      if (tile_vecs % v != 0 || tile % r != 0 || need(v, r) > registers)
+        continue;
+      const int acc = v * r, best_acc = best.vecs * best.rows;
+      if (acc > best_acc || (acc == best_acc && v + r < best.vecs + best.rows))
+        best = {v, r};
+    }
+  }
+  return best;
 }
 
 // result = a * c_in + b * X̄ᵀX̄ for X (n rows x dx cols, x(col, row)) and X̄ = [X, 1]: X̄ has
@@ -76,8 +111,8 @@ public:
   CovarianceTiles(bool tiled, int tile, Halide::Func out, Halide::Func c_in, Halide::Func x,
                   Halide::Func xbar, Halide::Expr d, Halide::Expr dx, Halide::Expr n,
                   Halide::Expr a, Halide::Expr b)
-      : result(std::move(out)), tiled_(tiled), tile_(tile), c_in_(std::move(c_in)),
-        d(std::move(d)), dx(std::move(dx)), n(std::move(n)), a(std::move(a)), b(std::move(b)) {
+      : result(std::move(out)), tiled_(tiled), tile_(tile), c_in_(std::move(c_in)), d(std::move(d)),
+        dx(std::move(dx)), n(std::move(n)), a(std::move(a)), b(std::move(b)) {
     using namespace Halide;
     k = RDom(0, this->n, "k");
     result(j, i) = undef<float>();
@@ -125,14 +160,11 @@ public:
                                                          TailStrategy::GuardWithIf);
       return;
     }
-    // Register block of the tile product: a tile's row of vectors x block_i rows of accumulators,
-    // fed per k by one vector load per column vector and block_i broadcasts. With AVX-512 (32
-    // registers): 2 x 8 = 16 accumulators at width 32, 3 x 8 = 24 at 48. With 16 registers the
-    // rows shrink so that the block never spills.
-    const int vecs = tile_ / vec, registers = vec >= 16 ? 32 : 16;
-    int block_i = 8;
-    while (block_i > 1 && vecs * block_i + vecs + 1 > registers)
-      block_i /= 2;
+    // The register blocks of the tile product and of the strip (register_block).
+    const int registers = vec >= 16 ? 32 : 16;
+    const RegisterBlock block = register_block(tile_ / vec, tile_, registers, false);
+    const int block_i = block.rows;
+    const int strip_block = register_block(tile_ / vec, tile_, registers, true).rows;
     RVar u = tiles[0], v = tiles[1], side = tiles[2], p = tiles[3];
     // Tile pairs write disjoint parts of C, which Halide cannot prove; both cores take pairs.
     // The mirrored side reads the pair's stack tile down its columns (a gather per vector from
@@ -147,38 +179,40 @@ public:
     // from and stored to the stack tile once per chunk. Chunks of 64 and 256 rows measured the
     // same.
     constexpr int kChunk = 128;
-    Var iio{"iio"}, iii{"iii"};
+    Var iio{"iio"}, iii{"iii"}, jjo{"jjo"}, jji{"jji"};
     RVar ko{"ko"}, ki{"ki"};
-    gram.compute_at(result, p)
-        .bound(jj, 0, tile_)
-        .bound(ii, 0, tile_)
-        .vectorize(jj, vec);
-    gram.update()
-        .split(ii, iio, iii, block_i)
-        .split(k, ko, ki, kChunk, TailStrategy::GuardWithIf)
-        .reorder(jj, iii, ki, iio, ko)
-        .vectorize(jj, vec)
-        .unroll(jj)
-        .unroll(iii);
+    gram.compute_at(result, p).bound(jj, 0, tile_).bound(ii, 0, tile_).vectorize(jj, vec);
+    Stage product = gram.update();
+    product.split(ii, iio, iii, block_i).split(k, ko, ki, kChunk, TailStrategy::GuardWithIf);
+    if (block.vecs * vec == tile_) {
+      product.reorder(jj, iii, ki, iio, ko).vectorize(jj, vec).unroll(jj).unroll(iii);
+    } else {
+      // Blocks narrower than the tile: its column groups take turns on the chunk as well.
+      product.split(jj, jjo, jji, block.vecs * vec)
+          .reorder(jji, iii, ki, iio, jjo, ko)
+          .vectorize(jji, vec)
+          .unroll(jji)
+          .unroll(iii);
+    }
     // The panels, packed once per call (c0 x n floats): read in place, each pair's two panels are
     // a tile's width of floats from each of n rows a page apart, which the L2 prefetcher does not
     // follow; packed, the tile products ran 1.6-1.8x faster at d=1001, n=1000
     // (apps/bench/kernels/profile_covariance.sh). Packing per pair instead repeats the copy for
     // every pair.
     xpack.compute_root().bound(ii, 0, tile_).vectorize(ii, vec).parallel(t);
-    // The strip (under a tile's width, often just the ones column) in register blocks of the
-    // tile product's shape: a tile's rows x block_i strip columns, blocks of rows to both cores.
-    // A block's rows are one packed tile, and its columns past the strip are the strip tile's
-    // padding (ones), so blocks are never cut: the strip is computed over whole tiles of rows
-    // and whole groups of block_i columns. One accumulator chain per strip column, as before,
-    // left the FMA latency exposed (edge 0.48-0.50 -> 0.17-0.26 ms at d=1001, n=1000).
+    // The strip (under a tile's width, often just the ones column) in register blocks: a tile's
+    // rows x strip_block strip columns, blocks of rows to both cores. A block's rows are one
+    // packed tile, and its columns past the strip are the strip tile's padding (ones), so blocks
+    // are never cut: the strip is computed over whole tiles of rows and whole groups of
+    // strip_block columns. One accumulator chain per strip column, as before, left the FMA
+    // latency exposed (edge 0.48-0.50 -> 0.17-0.26 ms at d=1001, n=1000).
     Var io_edge{"io_edge"}, ie{"ie"}, co{"co"}, ci{"ci"};
     Func strip = edge.in(result);
     strip.compute_root()
         .align_bounds(i, tile_)
-        .align_bounds(c, block_i)
+        .align_bounds(c, strip_block)
         .split(i, io_edge, ie, tile_, TailStrategy::RoundUp)
-        .split(c, co, ci, block_i, TailStrategy::RoundUp)
+        .split(c, co, ci, strip_block, TailStrategy::RoundUp)
         .reorder(ie, ci, co, io_edge)
         .vectorize(ie, vec)
         .unroll(ie)

@@ -74,8 +74,10 @@ int cols_of(const halide_buffer_t *b);
 // tiled variants need X (or the patches) at least one tile wide; narrower goes to the untiled.
 constexpr int kCovarianceTile = 32;
 // X at least this wide takes the covariance kernel's wide-tile CPU variant (kCovarianceWideTile =
-// 48 columns): side by side with the 32-wide tiles it was 2-18% faster from d = 501 to 1001, tied
-// from 321 to 449 and slower at 257 with n = 1000 (fewer tile pairs for two cores).
+// 48 columns with AVX-512): side by side with the 32-wide tiles it was 2-18% faster from d = 501
+// to 1001, tied from 321 to 449 and slower at 257 with n = 1000 (fewer tile pairs for two
+// cores). With AVX2 the variant's tiles are 24 wide, 5-15% faster at d = 785 to 1001 and mixed
+// around 501.
 constexpr int kCovarianceWideFrom = 480;
 
 // Rows per call when a CPU covariance kernel's reduction is blocked (for_each_row_block): each

@@ -72,10 +72,10 @@ TEST_P(CovarianceKernels, WidthsAroundOneTileMatchEigen) {
 TEST_P(CovarianceKernels, WidthsAroundTheWideTilesMatchEigen) {
   const Device dev = GetParam();
   HKFAC_SKIP_IF_UNAVAILABLE(dev);
-  // On the CPU, X from 480 columns takes the 48-wide tiles: 479 stays below the switch; 480 and
-  // 528 are whole numbers of wide tiles (no strip, or the ones column alone); 481 and 527 leave
-  // the narrowest and the widest strips. Batches inside one 128-row chunk of the tile products
-  // and one row past it.
+  // On the CPU, X from 480 columns takes the wide tiles (48 columns with AVX-512, 24 with AVX2):
+  // 479 stays below the switch; 480 and 528 are whole numbers of wide tiles at either width (no
+  // strip, or the ones column alone); 481 and 527 leave the narrowest and the widest strips.
+  // Batches inside one 128-row chunk of the tile products and one row past it.
   for (int d : {479, 480, 481, 527, 528}) {
     for (int n : {5, 129}) {
       for (bool homogeneous : {false, true}) {
