@@ -27,8 +27,9 @@ hkfac_pipeline_known_failure(bgu Li2018 RUN
 # that raw's required region starts at y = -25, before the input's first row (the reference reads
 # within it): "Input buffer raw is accessed at -25, which is before the min (0) in dimension 1".
 # Reduced in a JIT copy of the app with the schedule's 23 Func directives switched on and off:
-# output's, red's, blue's and g_b's alone already need raw past its right edge (red and blue are
-# split with RoundUp, which widens what they read); adding shifted's (a ShiftInwards split,
-# computed at output's yi, stored at output's x) moves the region before row 0.
+# output's, red's, blue's and g_b's alone already need raw past its right edge (x = 239 of 224
+# columns); adding shifted's (a ShiftInwards split, computed at output's yi, stored at output's
+# x) moves the region before row 0 (y = -9). Turning red's and blue's RoundUp splits into
+# GuardWithIf changes neither, so their widened reads are not the cause; not traced further.
 hkfac_pipeline_known_failure(camera_pipe Adams2019 RUN
   "run-time halide_error: input buffer raw is accessed at y = -25, before its min (Adams2019 beam 1 schedule at the AVX2 target)")
