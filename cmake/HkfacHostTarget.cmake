@@ -33,3 +33,4 @@ if (HKFAC_HOST_TARGET MATCHES "^x86-64-linux" AND HKFAC_HOST_TARGET MATCHES "-av
 endif ()
 set(HKFAC_AGREEMENT_TARGET "${agreement_default}" CACHE STRING
     "Halide target of the scheduler-agreement tests (their known-bug lists are for the default)")
+unset(agreement_default)

@@ -10,6 +10,7 @@
 #include <utility>
 
 #include "Halide.h"
+#include "vector_registers.h"
 
 namespace hkfac::gen {
 
@@ -27,7 +28,7 @@ constexpr int kCovarianceWideTile = 48;
 // 3 x 4, ran no faster than the 32-wide tile's 4 x 2 and its 41-column strip (at d = 1001) cost
 // 5x the 9-column one. A 24-wide tile gets the same 3 x 4 block (12 accumulators, 7 loads and
 // broadcasts per 12 FMAs against 6 per 8) with a strip under 24 columns: on a Zen 3 host it was
-// 5-15% faster than 32-wide at d = 785 and 1001 (n = 128 to 1000), mixed at d <= 501.
+// 3-26% faster than 32-wide at d = 785 and 1001 (n = 128 to 1000, run by run), mixed at d <= 501.
 constexpr int kCovarianceWideTileAvx2 = 24;
 
 // The tile width a generator's `tile` parameter asks for, checked against the target. The GPU
@@ -161,7 +162,7 @@ public:
       return;
     }
     // The register blocks of the tile product and of the strip (register_block).
-    const int registers = vec >= 16 ? 32 : 16;
+    const int registers = sched::vector_registers(vec);
     const RegisterBlock block = register_block(tile_ / vec, tile_, registers, false);
     const int block_i = block.rows;
     const int strip_block = register_block(tile_ / vec, tile_, registers, true).rows;

@@ -24,9 +24,11 @@
 
 #include "Halide.h"
 
+#include <algorithm>
 #include <string>
 
 #include "llvm_options.h" // the tile loop needs LLVM's SLP vectorizer off
+#include "vector_registers.h"
 
 namespace hkfac::sched {
 
@@ -184,10 +186,14 @@ public:
 
 private:
   // Rows of a CPU tile: as many as fit the vector registers beside the tile's 3 panel vectors
-  // and one broadcast. AVX-512 has 32: 8 rows (24 accumulators). AVX2 has 16: 4 rows (12); with
-  // 8 rows there the accumulators spilled and every product ran at half of OpenBLAS's speed on
-  // a Zen 3 host (0.48-0.55x; 3 x 4: 0.76-1.05x, ahead of 2 x 6, 2 x 5 and 1 x 12 side by side).
-  static int cpu_tile_rows(int vec) { return vec >= 16 ? 8 : 4; }
+  // and one broadcast, at most 8. AVX-512 has 32: 8 rows (24 accumulators). AVX2 has 16: 4 rows
+  // (12); with 8 rows there the accumulators spilled and every product ran at half of OpenBLAS's
+  // speed on a Zen 3 host (0.48-0.56x; 3 x 4: 0.77-1.05x, ahead of 2 x 6, 2 x 5 and 1 x 12 side
+  // by side).
+  static int cpu_tile_rows(int vec) {
+    const int panel_vectors = 3;
+    return std::min(8, (vector_registers(vec) - panel_vectors - 1) / panel_vectors);
+  }
 
   // The tile index arithmetic in operator() simplifies only when the consumer starts at 0.
   void bind(Halide::Func out, const Halide::Var &j, const Halide::Var &i) {

@@ -76,7 +76,7 @@ constexpr int kCovarianceTile = 32;
 // X at least this wide takes the covariance kernel's wide-tile CPU variant (kCovarianceWideTile =
 // 48 columns with AVX-512): side by side with the 32-wide tiles it was 2-18% faster from d = 501
 // to 1001, tied from 321 to 449 and slower at 257 with n = 1000 (fewer tile pairs for two
-// cores). With AVX2 the variant's tiles are 24 wide, 5-15% faster at d = 785 to 1001 and mixed
+// cores). With AVX2 the variant's tiles are 24 wide, 3-26% faster at d = 785 to 1001 and mixed
 // around 501.
 constexpr int kCovarianceWideFrom = 480;
 
