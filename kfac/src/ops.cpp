@@ -146,6 +146,42 @@ void covariance_update(Matrix &C, const Matrix &X, float a, float b, bool homoge
 #endif
 }
 
+// Row block K of a lower-triangular X is zero right of column (K+1)·b, so XᵀX is the sum over
+// row blocks of each block's Gram matrix in the top-left (K+1)·b square: in all about a third
+// of the covariance kernel's work over the whole of X. Blocks of 128 rows were the fastest of
+// 64, 128 and 256 from d = 251 to 1001 (at d = 1001 on AVX2, 5.5 ms against 9.3 for one call).
+// The calls take views, not copies; 128 rows keep each view's start 64-byte aligned. The kernel
+// accumulates in place, so the largest square goes first and sets all of C.
+void lower_triangular_gram(Matrix &C, const Matrix &X) {
+  expect_nonempty(X, "lower_triangular_gram", "X");
+  expect_shape(X, X.rows(), X.rows(), "lower_triangular_gram", "X");
+  const Eigen::Index m = X.rows();
+#if HKFAC_KFAC_HAVE_COVARIANCE
+  C.setZero(m, m); // the kernel reads C even when scaling it by 0
+  constexpr int kBlockRows = 128;
+  if (default_device() != Device::cpu || m <= kBlockRows) {
+    covariance_update(C, X, 0.0f, 1.0f, false);
+    return;
+  }
+  const int n = static_cast<int>(m);
+  auto view = [n](const float *p, int rows, int cols) {
+    halide_dimension_t dims[2] = {{0, cols, 1}, {0, rows, n}};
+    Buffer<float> b(const_cast<float *>(p), 2, dims);
+    b.set_host_dirty();
+    return b;
+  };
+  for (int start = (n - 1) / kBlockRows * kBlockRows; start >= 0; start -= kBlockRows) {
+    const int end = std::min(n, start + kBlockRows);
+    Buffer<float> c = view(C.data(), end, end);
+    kernels::covariance_update(
+        c, view(X.data() + static_cast<std::ptrdiff_t>(start) * n, end - start, end),
+        end == n ? 0.0f : 1.0f, 1.0f, false, Device::cpu);
+  }
+#else
+  C.noalias() = X.transpose() * X;
+#endif
+}
+
 void patch_covariance_update(Matrix &C, const Matrix &images, const kernels::PatchGeometry &g,
                              float a, float b, bool homogeneous) {
   expect_nonempty(images, "patch_covariance_update", "images");

@@ -26,6 +26,10 @@ void dense_backward(Matrix &dZ, Matrix &dX, Matrix &dW, Matrix &db, const Matrix
 // C <- a*C + b*X̄ᵀX̄ with X̄ = [X, 1] when `homogeneous`.
 void covariance_update(Matrix &C, const Matrix &X, float a, float b, bool homogeneous);
 
+// C = XᵀX for a lower-triangular square X (what lies above its diagonal must be zero): the
+// inverse of a Cholesky factorisation, L⁻ᵀL⁻¹. C is resized.
+void lower_triangular_gram(Matrix &C, const Matrix &X);
+
 // C <- a*C + b*P̄ᵀP̄ for the patches P of `images` under `g` (Conv2D's input factor), P̄ = [P, 1]
 // when `homogeneous`; the patches are never formed when the kernel group is built.
 void patch_covariance_update(Matrix &C, const Matrix &images, const kernels::PatchGeometry &g,

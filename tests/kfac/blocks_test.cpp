@@ -189,6 +189,48 @@ TEST(kfacBlocks, DenseBlockInverseIsInverseOfPiDampedKroneckerProduct) {
   EXPECT_LT(rel_err(flat(block.multiply_matpower(v, -1, gamma)), ref), 1e-5);
 }
 
+// Factors wider than the inversion's blocks (64-column solves, 128-row Gram blocks), with
+// partial last blocks: A⁻¹ V G⁻¹ against the damped factors inverted in double. The factors have
+// rank 6 (B examples) below their damping, so the damping sets their conditioning, as in
+// training.
+TEST(kfacBlocks, WideDenseBlockInverseMatchesDoubleReference) {
+  for (auto [din, dout] : {std::pair{299, 130}, std::pair{200, 257}}) {
+    TagFixture f = dense_fixture(din, dout, true, 7 + din);
+    DenseTwoKroneckerFactored block(f.tag, f.shapes, {});
+    block.init();
+    block.update_curvature_estimate(1.0f, 1.0f, batch_of(f));
+    const float gamma = 0.05f;
+    block.update_inverse(gamma);
+    const DampedFactors d = pi_adjusted_damped_factors(block.factor_a().cast<double>(),
+                                                       block.factor_g().cast<double>(), gamma);
+    const std::vector<Matrix> v = random_vec(f.shapes, 8);
+    auto stacked = [](const std::vector<Matrix> &wb) { // [W; b], the rows A multiplies
+      MatrixXd m(wb[0].rows() + 1, wb[0].cols());
+      m << wb[0].cast<double>(), wb[1].cast<double>();
+      return m;
+    };
+    const MatrixXd ref = d.A.inverse() * stacked(v) * d.G.inverse();
+    const MatrixXd got = stacked(block.multiply_matpower(v, -1, gamma));
+    EXPECT_LT(rel_err(got, ref), 1e-5) << din << " x " << dout;
+  }
+}
+
+// The full blocks share the factors' inversion: a 150-parameter estimate (two 64-column solve
+// blocks and a partial one, two Gram blocks) against its damped inverse in double.
+TEST(kfacBlocks, WideFullBlockInverseMatchesDoubleReference) {
+  TagFixture f = dense_fixture(14, 10, true, 9);
+  auto block = make_block(BlockKind::naive_full, f.tag, f.shapes);
+  block->init();
+  block->update_curvature_estimate(1.0f, 1.0f, batch_of(f));
+  const float gamma = 0.05f;
+  block->update_inverse(gamma);
+  const MatrixXd C = brute_force_covariance(f);
+  ASSERT_EQ(C.rows(), 150);
+  const std::vector<Matrix> v = random_vec(f.shapes, 10);
+  const MatrixXd ref = (C + gamma * MatrixXd::Identity(150, 150)).inverse() * flat(v);
+  EXPECT_LT(rel_err(flat(block->multiply_matpower(v, -1, gamma)), ref), 1e-5);
+}
+
 TEST(kfacBlocks, EigenRouteAppliesExactDampedInverse) {
   TagFixture f = dense_fixture(3, 2, true, 7);
   BlockOptions o;

@@ -1,12 +1,12 @@
 // DenseTwoKroneckerFactored: factor updates on covariance_update, products on kron_precondition.
 #include "hkfac/kfac/blocks/dense_two_kronecker_factored.h"
 
-#include <Eigen/Cholesky>
 #include <Eigen/Eigenvalues>
 #include <cmath>
 
 #include "hkfac/error.h"
 #include "ops.h"
+#include "spd_inverse.h"
 
 namespace hkfac::kfac {
 
@@ -116,34 +116,6 @@ void DenseTwoKroneckerFactored::accumulate(float ema_old, float ema_new, const B
 }
 
 namespace {
-
-// (L Lᵀ)⁻¹ = L⁻ᵀ L⁻¹. The factorisation stays in double, where damping-sized pivots need the
-// precision; the triangular inverse and the product run in float, the product on a generated
-// kernel — several times faster than solving against the identity in double, which dominated a
-// K-FAC step.
-Matrix inverse_from_cholesky(const Eigen::LLT<Eigen::MatrixXd> &llt) {
-  const Eigen::Index n = llt.rows();
-  const Eigen::MatrixXf L = Eigen::MatrixXd(llt.matrixL()).cast<float>();
-  Matrix l_inv = Matrix::Identity(n, n);
-  L.triangularView<Eigen::Lower>().solveInPlace(l_inv);
-  // L⁻ᵀL⁻¹ = XᵀX for X = L⁻¹: the covariance kernel forms it from one triangle, half a GEMM's
-  // work, and exactly symmetric.
-  Matrix inverse = Matrix::Zero(n, n);
-  ops::covariance_update(inverse, l_inv, 0.0f, 1.0f, false);
-  return inverse;
-}
-
-// m⁻¹ of a damped factor, on the GPU when the kernels run there; false when m is not positive
-// definite.
-bool spd_inverse(Matrix &inv, const Eigen::MatrixXd &m) {
-  if (ops::inverses_on_device())
-    return ops::device_spd_inverse(inv, m);
-  Eigen::LLT<Eigen::MatrixXd> llt(m);
-  if (llt.info() != Eigen::Success)
-    return false;
-  inv = inverse_from_cholesky(llt);
-  return true;
-}
 
 // m = Q diag(λ) Qᵀ with λ a row clipped at 0 (a factor is PSD; rounding can dip below), on the
 // GPU when the kernels run there; false when the eigensolver did not converge.

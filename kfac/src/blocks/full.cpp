@@ -1,11 +1,11 @@
 // Full-covariance blocks on the covariance_update kernel, inverted by Cholesky.
 #include "hkfac/kfac/blocks/full.h"
 
-#include <Eigen/Cholesky>
 #include <cmath>
 
 #include "hkfac/error.h"
 #include "ops.h"
+#include "spd_inverse.h"
 
 namespace hkfac::kfac {
 
@@ -35,16 +35,7 @@ void FullBlock::update_inverse(float diagonal_weight) {
   if (!c.allFinite())
     fail("update_inverse: the estimate is not finite");
   c.diagonal().array() += diagonal_weight;
-  bool positive_definite;
-  if (ops::inverses_on_device()) {
-    positive_definite = ops::device_spd_inverse(inverse_, c);
-  } else {
-    Eigen::LLT<Eigen::MatrixXd> llt(c);
-    positive_definite = llt.info() == Eigen::Success;
-    if (positive_definite)
-      inverse_ = llt.solve(Eigen::MatrixXd::Identity(dim(), dim())).cast<float>();
-  }
-  if (!positive_definite) {
+  if (!spd_inverse(inverse_, c)) {
     fail("update_inverse: damped estimate is not positive definite (diagonal_weight " +
          std::to_string(diagonal_weight) + " too small?)");
   }

@@ -30,8 +30,8 @@ DampedFactors pi_adjusted_damped_factors(const Eigen::MatrixXd &A, const Eigen::
 // per-example pre-activation gradients, each batch contributing X̄ᵀX̄ / B and Σ_passes DSᵀDS / B
 // (the covariance_update kernel).
 //
-// Inverse: pi-adjusted damped factors, each inverted by Cholesky (Eigen, double precision), the
-// preconditioned gradient being A_d⁻¹ V G_d⁻¹. With use_exact_inverses the block instead keeps the
+// Inverse: pi-adjusted damped factors, each inverted by Cholesky (factorised in double, L⁻¹ and
+// L⁻ᵀL⁻¹ formed in float), the preconditioned gradient being A_d⁻¹ V G_d⁻¹. With use_exact_inverses the block instead keeps the
 // eigendecompositions of A and G and applies (A ⊗ G + γI)⁻¹ exactly (eigenvalues clipped at 0);
 // a non-finite factor is reported before the decomposition.
 class DenseTwoKroneckerFactored : public CurvatureBlock {

@@ -1,0 +1,17 @@
+// Inverses of symmetric positive definite matrices: the damped factors of the Kronecker blocks
+// and the damped estimates of the full blocks (internal header).
+#pragma once
+
+#include <Eigen/Core>
+
+#include "hkfac/kfac/types.h"
+
+namespace hkfac::kfac {
+
+// inv = m⁻¹ for symmetric positive definite m; false when m is not positive definite. On the GPU
+// through cuSOLVER when ops::inverses_on_device(), otherwise on the CPU: the Cholesky
+// factorisation in double, where damping-sized pivots need the precision, then L⁻¹ and L⁻ᵀL⁻¹
+// in float.
+bool spd_inverse(Matrix &inv, const Eigen::MatrixXd &m);
+
+} // namespace hkfac::kfac
