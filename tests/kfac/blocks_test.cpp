@@ -215,6 +215,31 @@ TEST(kfacBlocks, WideDenseBlockInverseMatchesDoubleReference) {
   }
 }
 
+// Without damping, a factor whose last columns never vary is singular: its Cholesky fails in a
+// later block of the factorisation, and update_inverse says so instead of writing inverses.
+TEST(kfacBlocks, UpdateInverseReportsAFactorThatIsNotPositiveDefinite) {
+  TagFixture f = dense_fixture(150, 3, false, 11);
+  std::mt19937 rng(12);
+  const int n = 400; // enough examples for the first 100 columns to have full rank
+  f.inputs = random_matrix(n, 150, rng);
+  f.inputs.rightCols(50).setZero();
+  f.grads = {random_matrix(n, 3, rng)};
+  BlockBatch batch = batch_of(f);
+  batch.batch_size = n;
+  DenseTwoKroneckerFactored block(f.tag, f.shapes, {});
+  block.init();
+  block.update_curvature_estimate(1.0f, 1.0f, batch);
+  try {
+    block.update_inverse(0.0f);
+    FAIL() << "update_inverse accepted a singular factor";
+  } catch (const Error &e) {
+    EXPECT_NE(std::string(e.what()).find("not positive definite"), std::string::npos) << e.what();
+  }
+  block.update_inverse(0.05f); // damped, the same factor inverts
+  const std::vector<Matrix> v = random_vec(f.shapes, 12);
+  EXPECT_TRUE(flat(block.multiply_matpower(v, -1, 0.05f)).allFinite());
+}
+
 // The full blocks share the factors' inversion: a 150-parameter estimate (two 64-column solve
 // blocks and a partial one, two Gram blocks) against its damped inverse in double.
 TEST(kfacBlocks, WideFullBlockInverseMatchesDoubleReference) {

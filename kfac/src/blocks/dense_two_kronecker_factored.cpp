@@ -3,6 +3,7 @@
 
 #include <Eigen/Eigenvalues>
 #include <cmath>
+#include <utility>
 
 #include "hkfac/error.h"
 #include "ops.h"
@@ -148,8 +149,8 @@ void DenseTwoKroneckerFactored::update_inverse(float diagonal_weight) {
     if (!eigen_decompose(q_a_, lambda_a_, A) || !eigen_decompose(q_g_, lambda_g_, G))
       fail("update_inverse: eigendecomposition did not converge");
   } else {
-    const DampedFactors f = pi_adjusted_damped_factors(A, G, diagonal_weight);
-    if (!spd_inverse(a_inv_, f.A) || !spd_inverse(g_inv_, f.G)) {
+    DampedFactors f = pi_adjusted_damped_factors(A, G, diagonal_weight);
+    if (!spd_inverse(a_inv_, std::move(f.A)) || !spd_inverse(g_inv_, std::move(f.G))) {
       fail("update_inverse: damped factor is not positive definite (diagonal_weight " +
            std::to_string(diagonal_weight) + " too small?)");
     }

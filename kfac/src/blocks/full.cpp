@@ -2,6 +2,7 @@
 #include "hkfac/kfac/blocks/full.h"
 
 #include <cmath>
+#include <utility>
 
 #include "hkfac/error.h"
 #include "ops.h"
@@ -35,7 +36,7 @@ void FullBlock::update_inverse(float diagonal_weight) {
   if (!c.allFinite())
     fail("update_inverse: the estimate is not finite");
   c.diagonal().array() += diagonal_weight;
-  if (!spd_inverse(inverse_, c)) {
+  if (!spd_inverse(inverse_, std::move(c))) {
     fail("update_inverse: damped estimate is not positive definite (diagonal_weight " +
          std::to_string(diagonal_weight) + " too small?)");
   }
