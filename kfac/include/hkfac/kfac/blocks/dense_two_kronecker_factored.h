@@ -19,7 +19,7 @@ struct DampedFactors {
   Eigen::MatrixXd A, G;
   double pi = 1.0;
 };
-DampedFactors pi_adjusted_damped_factors(const Eigen::MatrixXd &A, const Eigen::MatrixXd &G,
+DampedFactors pi_adjusted_damped_factors(Eigen::MatrixXd A, Eigen::MatrixXd G,
                                          double diagonal_weight);
 
 // The dense layer block. Its parameters are W (d_in x d_out) and optionally b; stacked, they form
