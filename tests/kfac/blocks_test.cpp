@@ -175,15 +175,22 @@ TEST(kfacBlocks, PiAdjustedDampingMatchesClosedForm) {
   EXPECT_LT(rel_err(kron(z.A, z.G), gamma * MatrixXd::Identity(6, 6)), 1e-12);
 }
 
+// Estimates the block's factors from f's batch, inverts them with damping gamma and returns the
+// damped factors in double (the reference the inverse is checked against).
+DampedFactors estimate_and_invert(DenseTwoKroneckerFactored &block, const TagFixture &f,
+                                  float gamma) {
+  block.init();
+  block.update_curvature_estimate(1.0f, 1.0f, batch_of(f));
+  block.update_inverse(gamma);
+  return pi_adjusted_damped_factors(block.factor_a().cast<double>(),
+                                    block.factor_g().cast<double>(), gamma);
+}
+
 TEST(kfacBlocks, DenseBlockInverseIsInverseOfPiDampedKroneckerProduct) {
   TagFixture f = dense_fixture(3, 4, true, 5);
   DenseTwoKroneckerFactored block(f.tag, f.shapes, {});
-  block.init();
-  block.update_curvature_estimate(1.0f, 1.0f, batch_of(f));
   const float gamma = 0.05f;
-  block.update_inverse(gamma);
-  const DampedFactors d = pi_adjusted_damped_factors(block.factor_a().cast<double>(),
-                                                     block.factor_g().cast<double>(), gamma);
+  const DampedFactors d = estimate_and_invert(block, f, gamma);
   const std::vector<Matrix> v = random_vec(f.shapes, 6);
   const MatrixXd ref = kron(d.A, d.G).inverse() * flat(v);
   EXPECT_LT(rel_err(flat(block.multiply_matpower(v, -1, gamma)), ref), 1e-5);
@@ -197,12 +204,8 @@ TEST(kfacBlocks, WideDenseBlockInverseMatchesDoubleReference) {
   for (auto [din, dout] : {std::pair{299, 130}, std::pair{200, 257}}) {
     TagFixture f = dense_fixture(din, dout, true, 7 + din);
     DenseTwoKroneckerFactored block(f.tag, f.shapes, {});
-    block.init();
-    block.update_curvature_estimate(1.0f, 1.0f, batch_of(f));
     const float gamma = 0.05f;
-    block.update_inverse(gamma);
-    const DampedFactors d = pi_adjusted_damped_factors(block.factor_a().cast<double>(),
-                                                       block.factor_g().cast<double>(), gamma);
+    const DampedFactors d = estimate_and_invert(block, f, gamma);
     const std::vector<Matrix> v = random_vec(f.shapes, 8);
     auto stacked = [](const std::vector<Matrix> &wb) { // [W; b], the rows A multiplies
       MatrixXd m(wb[0].rows() + 1, wb[0].cols());
