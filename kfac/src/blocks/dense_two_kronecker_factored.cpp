@@ -146,9 +146,7 @@ void DenseTwoKroneckerFactored::update_inverse(float diagonal_weight) {
     fail("update_inverse: 'diagonal_weight' must be finite and >= 0, got " +
          std::to_string(diagonal_weight));
   }
-  // factor_a() and factor_g() in double, each in one pass (no float copy on the way).
-  const float w = inverse_weight();
-  Eigen::MatrixXd A = (a_sum_ * w).cast<double>(), G = (g_sum_ * w).cast<double>();
+  Eigen::MatrixXd A = factor_a().cast<double>(), G = factor_g().cast<double>();
   if (!A.allFinite() || !G.allFinite())
     fail("update_inverse: factor A or G is not finite");
   if (options_.use_exact_inverses) {

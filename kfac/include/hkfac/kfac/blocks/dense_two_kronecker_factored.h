@@ -31,9 +31,10 @@ DampedFactors pi_adjusted_damped_factors(Eigen::MatrixXd A, Eigen::MatrixXd G,
 // (the covariance_update kernel).
 //
 // Inverse: pi-adjusted damped factors, each inverted by Cholesky (factorised in double, L⁻¹ and
-// L⁻ᵀL⁻¹ formed in float), the preconditioned gradient being A_d⁻¹ V G_d⁻¹. With use_exact_inverses the block instead keeps the
-// eigendecompositions of A and G and applies (A ⊗ G + γI)⁻¹ exactly (eigenvalues clipped at 0);
-// a non-finite factor is reported before the decomposition.
+// L⁻ᵀL⁻¹ formed in float), the preconditioned gradient being A_d⁻¹ V G_d⁻¹. With
+// use_exact_inverses the block instead keeps the eigendecompositions of A and G and applies
+// (A ⊗ G + γI)⁻¹ exactly (eigenvalues clipped at 0); a non-finite factor is reported before the
+// decomposition.
 class DenseTwoKroneckerFactored : public CurvatureBlock {
 public:
   DenseTwoKroneckerFactored(const LayerTag &tag, const std::vector<ParamShape> &shapes,
