@@ -9,7 +9,7 @@
 #include <thread>
 #include <unordered_map>
 
-#include "file_util.h"
+#include "hkfac/file_util.h"
 
 namespace hkfac::cost_model {
 

@@ -7,7 +7,7 @@
 
 #include <sys/stat.h>
 
-#include "file_util.h"
+#include "hkfac/file_util.h"
 
 namespace hkfac::cost_model {
 

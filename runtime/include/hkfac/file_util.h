@@ -1,4 +1,5 @@
-// Little-endian byte helpers and whole-file reads/atomic writes shared by the cost-model readers.
+// Little-endian byte helpers and whole-file reads/atomic writes, shared by the cost-model files
+// and the K-FAC checkpoints.
 #pragma once
 
 #include <algorithm>
@@ -16,7 +17,7 @@
 
 #include "hkfac/error.h"
 
-namespace hkfac::cost_model::detail {
+namespace hkfac::detail {
 
 // Byte-by-byte so the files read and write the same on any host byte order.
 inline uint32_t load_le32(const uint8_t *p) {
@@ -38,6 +39,28 @@ inline void store_le_float(uint8_t *p, float f) {
   uint32_t u;
   std::memcpy(&u, &f, sizeof u);
   store_le32(p, u);
+}
+inline uint64_t load_le64(const uint8_t *p) {
+  return uint64_t(load_le32(p)) | uint64_t(load_le32(p + 4)) << 32;
+}
+inline void store_le64(uint8_t *p, uint64_t v) {
+  store_le32(p, uint32_t(v));
+  store_le32(p + 4, uint32_t(v >> 32));
+}
+inline double load_le_double(const uint8_t *p) {
+  const uint64_t u = load_le64(p);
+  double d;
+  std::memcpy(&d, &u, sizeof d);
+  return d;
+}
+inline void append_le64(std::vector<uint8_t> &out, uint64_t v) {
+  out.resize(out.size() + 8);
+  store_le64(out.data() + out.size() - 8, v);
+}
+inline void append_le_double(std::vector<uint8_t> &out, double d) {
+  uint64_t u;
+  std::memcpy(&u, &d, sizeof u);
+  append_le64(out, u);
 }
 inline void append_le32(std::vector<uint8_t> &out, uint32_t v) {
   out.resize(out.size() + 4);
@@ -134,4 +157,4 @@ inline void write_file_atomically(const std::string &path, const std::vector<uin
   }
 }
 
-} // namespace hkfac::cost_model::detail
+} // namespace hkfac::detail
