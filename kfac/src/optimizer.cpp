@@ -109,21 +109,21 @@ Optimizer::Optimizer(Model &model, ValueFunction value_func, OptimizerOptions op
   }
 }
 
-void Optimizer::check_params(const Params &params) const {
+void Optimizer::check_params(const Params &params, const char *what) const {
   const std::vector<ParamShape> shapes = model_.param_shapes();
   if (params.size() != shapes.size()) {
-    throw Error("Optimizer::step: 'params' has " + std::to_string(params.size()) +
+    throw Error(std::string(what) + ": 'params' has " + std::to_string(params.size()) +
                 " tensors, the model has " + std::to_string(shapes.size()));
   }
   for (size_t i = 0; i < shapes.size(); ++i) {
     if (params[i].rows() != shapes[i].rows || params[i].cols() != shapes[i].cols) {
-      throw Error("Optimizer::step: params[" + std::to_string(i) + "] (" + shapes[i].name +
+      throw Error(std::string(what) + ": params[" + std::to_string(i) + "] (" + shapes[i].name +
                   ") must be " + std::to_string(shapes[i].rows) + " x " +
                   std::to_string(shapes[i].cols));
     }
   }
   if (options_.debug && !all_finite(params)) {
-    throw Error("Optimizer::step: 'params' contain NaN or Inf");
+    throw Error(std::string(what) + ": 'params' contain NaN or Inf");
   }
 }
 
@@ -274,6 +274,7 @@ StepStats Optimizer::step(Params &params, const std::function<Batch()> &next_bat
     }
     st.rejected = true;
     st.rejected_steps = rejected_steps_;
+    st.inverse_failures = inverse_failures_;
     st.learning_rate = r.learning_rate;
     st.momentum = r.momentum;
     st.damping = r.damping;
@@ -319,7 +320,22 @@ StepStats Optimizer::step(Params &params, const std::function<Batch()> &next_bat
   st.timings.curvature_update_s += seconds_since(t);
   t = Clock::now();
   if (step_ % options_.inverse_update_period == 0 || force_inverse_update_) {
-    estimator_.update_inverse(gamma);
+    try {
+      estimator_.update_inverse(gamma);
+    } catch (const CurvatureInverseError &e) {
+      // A damped estimate too close to singular for its damping: rejected like a non-finite
+      // update, so the next step retries the inverse with more damping — unless there is no
+      // more to give.
+      st.timings.inverse_s = seconds_since(t);
+      ++inverse_failures_;
+      st.inverse_failures = inverse_failures_;
+      if (!(r.damping > 0.0) || r.damping >= options_.max_damping) {
+        throw Error(std::string(e.what()) + "; the damping (" + std::to_string(r.damping) +
+                    ") cannot be raised further (max_damping " +
+                    std::to_string(options_.max_damping) + ")");
+      }
+      return reject();
+    }
     ++inverse_updates_;
     force_inverse_update_ = false;
   }
@@ -394,8 +410,8 @@ StepStats Optimizer::step(Params &params, const std::function<Batch()> &next_bat
   st.damping = r.damping;
   // Δ = α u + β v and θ + Δ, with the sums below, in one pass. Non-finite values show as
   // non-finite squared norms (see all_finite).
-  const StepSums sums = form_step(static_cast<float>(alpha), u, static_cast<float>(beta),
-                                  velocity_, params, g, next_velocity_, next_params_);
+  const StepSums sums = form_step(static_cast<float>(alpha), u, static_cast<float>(beta), velocity_,
+                                  params, g, next_velocity_, next_params_);
   const double delta_sq = sums.delta_squared_norm;
   if (!std::isfinite(delta_sq) || !std::isfinite(sums.next_squared_norm))
     return reject_update();
@@ -443,6 +459,7 @@ StepStats Optimizer::step(Params &params, const std::function<Batch()> &next_bat
   st.timings.update_s = seconds_since(t);
   ++step_;
   st.rejected_steps = rejected_steps_;
+  st.inverse_failures = inverse_failures_;
   st.timings.total_s = seconds_since(start);
   return st;
 }

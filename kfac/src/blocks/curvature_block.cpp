@@ -29,6 +29,10 @@ void CurvatureBlock::fail(const std::string &what) const {
   throw Error(name() + " '" + tag_.name + "': " + what);
 }
 
+void CurvatureBlock::fail_inverse(const std::string &what) const {
+  throw CurvatureInverseError(name() + " '" + tag_.name + "': " + what);
+}
+
 void CurvatureBlock::for_each_gradient_pass(
     float ema_old, float ema_new, const BlockBatch &batch,
     const std::function<void(const Matrix &g, float decay, float weight)> &update) const {
@@ -49,6 +53,11 @@ void CurvatureBlock::for_each_gradient_pass(
     update(g, decay, per_example);
     decay = 1.0f;
   }
+}
+
+CurvatureBlock::State CurvatureBlock::state() {
+  OwnState own = own_state();
+  return {&weight_, own.have_inverse, std::move(own.matrices)};
 }
 
 void CurvatureBlock::init() {

@@ -81,6 +81,25 @@ void DenseTwoKroneckerFactored::reset() {
   have_inverse_ = false;
 }
 
+CurvatureBlock::OwnState DenseTwoKroneckerFactored::own_state() {
+  // The sums are set from construction on (reset), the inverses from the first update_inverse.
+  const int da = static_cast<int>(a_sum_.rows());
+  if (options_.use_exact_inverses) {
+    return {&have_inverse_,
+            {{"a_sum", &a_sum_, da, da, false, false},
+             {"g_sum", &g_sum_, d_out_, d_out_, false, false},
+             {"a_eigenvectors", &q_a_, da, da, true, true},
+             {"a_eigenvalues", &lambda_a_, 1, da, true, true},
+             {"g_eigenvectors", &q_g_, d_out_, d_out_, true, true},
+             {"g_eigenvalues", &lambda_g_, 1, d_out_, true, true}}};
+  }
+  return {&have_inverse_,
+          {{"a_sum", &a_sum_, da, da, false, false},
+           {"g_sum", &g_sum_, d_out_, d_out_, false, false},
+           {"a_inverse", &a_inv_, da, da, true, true},
+           {"g_inverse", &g_inv_, d_out_, d_out_, true, true}}};
+}
+
 Matrix DenseTwoKroneckerFactored::factor_a() const { return a_sum_ * inverse_weight(); }
 Matrix DenseTwoKroneckerFactored::factor_g() const { return g_sum_ * inverse_weight(); }
 
@@ -151,12 +170,12 @@ void DenseTwoKroneckerFactored::update_inverse(float diagonal_weight) {
     fail("update_inverse: factor A or G is not finite");
   if (options_.use_exact_inverses) {
     if (!eigen_decompose(q_a_, lambda_a_, A) || !eigen_decompose(q_g_, lambda_g_, G))
-      fail("update_inverse: eigendecomposition did not converge");
+      fail_inverse("update_inverse: eigendecomposition did not converge");
   } else {
     DampedFactors f = pi_adjusted_damped_factors(std::move(A), std::move(G), diagonal_weight);
     if (!spd_inverse(a_inv_, std::move(f.A)) || !spd_inverse(g_inv_, std::move(f.G))) {
-      fail("update_inverse: damped factor is not positive definite (diagonal_weight " +
-           std::to_string(diagonal_weight) + " too small?)");
+      fail_inverse("update_inverse: damped factor is not positive definite (diagonal_weight " +
+                   std::to_string(diagonal_weight) + " too small?)");
     }
   }
   have_inverse_ = true;

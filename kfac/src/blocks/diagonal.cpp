@@ -6,6 +6,12 @@
 
 namespace hkfac::kfac {
 
+CurvatureBlock::OwnState DiagonalBlock::own_state() {
+  return {&have_inverse_,
+          {{"sum", &sum_, 1, dim(), false, true},
+           {"inverse_diagonal", &inverse_diagonal_, 1, dim(), true, true}}};
+}
+
 void DiagonalBlock::reset() {
   sum_ = Matrix::Zero(1, dim());
   have_inverse_ = false;

@@ -10,6 +10,12 @@
 
 namespace hkfac::kfac {
 
+CurvatureBlock::OwnState FullBlock::own_state() {
+  return {&have_inverse_,
+          {{"sum", &sum_, dim(), dim(), false, true},
+           {"inverse", &inverse_, dim(), dim(), true, true}}};
+}
+
 void FullBlock::reset() {
   sum_ = Matrix::Zero(dim(), dim());
   have_inverse_ = false;
@@ -37,8 +43,8 @@ void FullBlock::update_inverse(float diagonal_weight) {
     fail("update_inverse: the estimate is not finite");
   c.diagonal().array() += diagonal_weight;
   if (!spd_inverse(inverse_, std::move(c))) {
-    fail("update_inverse: damped estimate is not positive definite (diagonal_weight " +
-         std::to_string(diagonal_weight) + " too small?)");
+    fail_inverse("update_inverse: damped estimate is not positive definite (diagonal_weight " +
+                 std::to_string(diagonal_weight) + " too small?)");
   }
   have_inverse_ = true;
 }

@@ -100,7 +100,8 @@ struct OptimizerOptions {
   bool use_adaptive_momentum = false;
   bool use_exact_inverses = false;
 
-  // Factor by which damping grows when a step is rejected for a non-finite update.
+  // Factor by which damping grows when a step is rejected (a non-finite update, or a damped
+  // curvature block that could not be inverted).
   double rejected_step_damping_factor = 10.0;
   unsigned seed = 0;
 };
@@ -136,9 +137,12 @@ struct StepStats {
   std::map<std::string, double> aux;
   double grad_norm = 0.0;
   double update_norm = 0.0;
-  bool rejected = false;  // this step's update was non-finite and not applied
-  int rejected_steps = 0; // total so far
-  bool burned_in = false; // burn-in ran in this call
+  // This step changed nothing but the damping: its update was non-finite, or a damped curvature
+  // block could not be inverted (see inverse_failures).
+  bool rejected = false;
+  int rejected_steps = 0;   // total so far
+  int inverse_failures = 0; // total so far: inverse updates refused by a block (each rejected)
+  bool burned_in = false;   // burn-in ran in this call
   StepTimings timings;
 };
 
@@ -151,7 +155,9 @@ struct StepStats {
 //  3. every curvature_update_period steps, update the curvature estimate (ema_old =
 //     curvature_ema, ema_new = 1), on the curvature subset if curvature_batch_size is set;
 //  4. every inverse_update_period steps (and after a rejection), refresh the block inverses with
-//     diagonal_weight = l2_reg + damping;
+//     diagonal_weight = l2_reg + damping; a block that cannot invert its damped estimate
+//     (CurvatureInverseError) rejects the step as in 7, or, when the damping is 0 or at
+//     max_damping already, ends it with an hkfac::Error;
 //  5. precondition: u = F̂⁻¹ g;
 //  6. choose the update Δ = -lr·u + μ·v — lr, μ from schedules / StepValues (u norm-constrained),
 //     or from the 2x2 quadratic model with exact curvature products (adaptive learning rate /
@@ -176,7 +182,21 @@ public:
   const Params &velocity() const { return velocity_; }
   std::any &value_func_state() { return state_; }
   int inverse_updates() const { return inverse_updates_; }
+  int inverse_failures() const { return inverse_failures_; }
   int curvature_updates() const { return curvature_updates_; }
+
+  // Checkpoints. save_checkpoint writes `params` and all of this optimizer's state — step count,
+  // burn-in, damping, velocity, counters, both random generators, and every curvature block's
+  // estimate and cached inverse — to `path` (replaced atomically; little-endian whatever the
+  // host). An optimizer built with the same model structure and options that loads the file
+  // takes bit-identical steps on the same batches (on the same host and thread count). The value
+  // function's own state (value_func_has_state) and the data position are the caller's to keep.
+  void save_checkpoint(const std::string &path, const Params &params) const;
+  // Restores a checkpoint into this optimizer and `params`. Everything is checked against this
+  // optimizer before anything changes — format, version, estimation mode, block types, tags and
+  // every extent — and a mismatch is an hkfac::Error naming the field, what was expected and
+  // what the file holds; on error neither the optimizer nor `params` is modified.
+  void load_checkpoint(const std::string &path, Params &params);
 
   // The objective's value (and gradient) at `params` on `batch`, as the optimizer sees it.
   double evaluate(const Params &params, const Batch &batch,
@@ -200,7 +220,8 @@ private:
   bool uses_curvature_subset(const Batch &batch) const;
   Batch curvature_subset(const Batch &batch) const;
   void burn_in(const Params &params, const std::function<Batch()> &next_batch);
-  void check_params(const Params &params) const;
+  // Throws unless `params` fit the model; errors start with `what`.
+  void check_params(const Params &params, const char *what = "Optimizer::step") const;
 
   Model &model_;
   ValueFunction value_func_;
@@ -216,6 +237,7 @@ private:
   double damping_boost_ = 1; // multiplier from rejected steps (non-adaptive damping)
   bool force_inverse_update_ = false;
   int rejected_steps_ = 0;
+  int inverse_failures_ = 0;
   int inverse_updates_ = 0;
   int curvature_updates_ = 0;
   // The step under test: its update and the parameters it leads to, written in one pass and

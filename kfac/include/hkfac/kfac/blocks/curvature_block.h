@@ -6,6 +6,7 @@
 #include <string>
 #include <vector>
 
+#include "hkfac/error.h"
 #include "hkfac/kfac/model.h"
 
 namespace hkfac::kfac {
@@ -18,6 +19,15 @@ struct BlockBatch {
   const Matrix *inputs = nullptr;
   std::vector<Matrix> output_grads;
   int batch_size = 0;
+};
+
+// What update_inverse throws when a damped estimate cannot be inverted: the Cholesky
+// factorisation found it not positive definite (a float estimate's rounding can dip below the
+// damping's reach), or the eigensolver did not converge. More damping may cure it, so the
+// optimizer rejects the step and raises the damping instead of ending the run.
+class CurvatureInverseError : public Error {
+public:
+  using Error::Error;
 };
 
 // A block of the block-diagonal curvature approximation: the curvature of one tagged layer's
@@ -56,7 +66,31 @@ public:
   // (row-major per tensor, tensors concatenated): for tests and debugging only.
   virtual Eigen::MatrixXd full_curvature() const = 0;
 
+  // Checkpoints (Optimizer::save_checkpoint) save and restore a block through this view of
+  // everything its later results depend on: the moving-average weight, whether an inverse is
+  // cached, and the named matrices holding the estimate's sums and the cached inverse (those of
+  // the inverse route in use, so a checkpoint of the other route does not fit). A matrix is
+  // rows x cols, or 0 x 0 where `optional` says it may not be set yet.
+  struct StateMatrix {
+    const char *name;
+    Matrix *matrix;
+    int rows, cols;
+    bool inverse;  // part of the cached inverse: never 0 x 0 while an inverse is cached
+    bool optional; // may be 0 x 0 (for an inverse: while none is cached)
+  };
+  struct State {
+    double *ema_weight;
+    bool *have_inverse;
+    std::vector<StateMatrix> matrices;
+  };
+  State state();
+
 protected:
+  struct OwnState {
+    bool *have_inverse;
+    std::vector<StateMatrix> matrices;
+  };
+  virtual OwnState own_state() = 0;
   virtual void reset() = 0;
   // S <- ema_old·S + ema_new·X_batch (the base class updates w).
   virtual void accumulate(float ema_old, float ema_new, const BlockBatch &batch) = 0;
@@ -65,6 +99,8 @@ protected:
   // 1/w, or 0 before the first update (an empty estimate reads as zero curvature).
   float inverse_weight() const { return weight_ > 0.0 ? static_cast<float>(1.0 / weight_) : 0.0f; }
   [[noreturn]] void fail(const std::string &what) const;
+  // The same message as fail's, as a CurvatureInverseError.
+  [[noreturn]] void fail_inverse(const std::string &what) const;
   // For blocks estimated from per-example gradients (diagonal, full): calls
   // update(g, decay, weight) once per backward pass of `batch`, with g the (batch x dim())
   // per-example gradients, decay = ema_old on the first pass and 1 after, and

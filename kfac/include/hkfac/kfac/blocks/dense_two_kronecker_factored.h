@@ -52,6 +52,7 @@ protected:
   DenseTwoKroneckerFactored(const LayerTag &tag, const std::vector<ParamShape> &shapes,
                             const BlockOptions &options, TagKind expected);
   void reset() override;
+  OwnState own_state() override;
   void accumulate(float ema_old, float ema_new, const BlockBatch &batch) override;
   std::vector<Matrix> matpower(const std::vector<Matrix> &vec, int exp,
                                float diagonal_weight) const override;

@@ -18,6 +18,7 @@ public:
 
 protected:
   void reset() override;
+  OwnState own_state() override;
   void accumulate(float ema_old, float ema_new, const BlockBatch &batch) override;
   std::vector<Matrix> matpower(const std::vector<Matrix> &vec, int exp,
                                float diagonal_weight) const override;

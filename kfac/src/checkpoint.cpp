@@ -1,0 +1,293 @@
+// Optimizer checkpoints: the whole K-FAC state in one versioned little-endian file.
+//
+// Layout (every integer little-endian; strings are a u32 length and that many bytes; a matrix is
+// a string name, u32 rows, u32 cols and rows·cols floats in row-major order):
+//   "HKFACCKP", u32 version, string estimation mode,
+//   u64 step, u8 burned_in, u8 force_inverse_update, f64 damping, f64 damping_boost,
+//   u64 rejected_steps, u64 inverse_failures, u64 inverse_updates, u64 curvature_updates,
+//   string rng, string value rng (std::mt19937's text form),
+//   u32 count + matrices: params, then velocity,
+//   u32 block count, per block: string type, string tag, f64 ema weight, u8 have_inverse,
+//   u32 matrix count + matrices (CurvatureBlock::state's, in its order),
+// and nothing after. The reader checks every count and extent against this optimizer before it
+// allocates, so a damaged or hostile file costs no more memory than a good one.
+#include <algorithm>
+#include <cmath>
+#include <limits>
+#include <sstream>
+
+#include "hkfac/error.h"
+#include "hkfac/file_util.h"
+#include "hkfac/kfac/optimizer.h"
+
+namespace hkfac::kfac {
+namespace {
+
+constexpr char kMagic[8] = {'H', 'K', 'F', 'A', 'C', 'C', 'K', 'P'};
+constexpr uint32_t kVersion = 1;
+constexpr uint32_t kMaxString = 1u << 20; // the generators' text form is ~7 KB
+
+void append_string(std::vector<uint8_t> &out, const std::string &s) {
+  detail::append_le32(out, static_cast<uint32_t>(s.size()));
+  out.insert(out.end(), s.begin(), s.end());
+}
+
+void append_matrix(std::vector<uint8_t> &out, const std::string &name, const Matrix &m) {
+  append_string(out, name);
+  detail::append_le32(out, static_cast<uint32_t>(m.rows()));
+  detail::append_le32(out, static_cast<uint32_t>(m.cols()));
+  const size_t at = out.size();
+  out.resize(at + 4 * static_cast<size_t>(m.size()));
+  for (Eigen::Index i = 0; i < m.size(); ++i)
+    detail::store_le_float(out.data() + at + 4 * i, m.data()[i]);
+}
+
+template <typename Rng> std::string rng_text(const Rng &rng) {
+  std::ostringstream os;
+  os << rng;
+  return os.str();
+}
+
+// Sequential reads with the offset and the field in every error.
+class Reader {
+public:
+  Reader(const std::string &path, const std::vector<uint8_t> &bytes) : path_(path), b_(bytes) {}
+
+  [[noreturn]] void fail(const std::string &what) const {
+    throw Error("checkpoint '" + path_ + "': " + what + " (at byte " + std::to_string(at_) + ")");
+  }
+  const uint8_t *take(size_t n, const std::string &field) {
+    if (b_.size() - at_ < n) {
+      fail("truncated: " + field + " needs " + std::to_string(n) + " bytes, " +
+           std::to_string(b_.size() - at_) + " left");
+    }
+    const uint8_t *p = b_.data() + at_;
+    at_ += n;
+    return p;
+  }
+  uint32_t u32(const std::string &field) { return detail::load_le32(take(4, field)); }
+  uint64_t u64(const std::string &field) { return detail::load_le64(take(8, field)); }
+  double f64(const std::string &field) { return detail::load_le_double(take(8, field)); }
+  bool flag(const std::string &field) {
+    const uint8_t v = *take(1, field);
+    if (v > 1)
+      fail(field + ": expected 0 or 1, found " + std::to_string(v));
+    return v == 1;
+  }
+  std::string string(const std::string &field) {
+    const uint32_t n = u32(field + " length");
+    if (n > kMaxString)
+      fail(field + ": length " + std::to_string(n) + " exceeds " + std::to_string(kMaxString));
+    const uint8_t *p = take(n, field);
+    return std::string(reinterpret_cast<const char *>(p), n);
+  }
+  void expect_string(const std::string &field, const std::string &expected) {
+    const std::string found = string(field);
+    if (found != expected)
+      fail(field + ": expected '" + expected + "', found '" + found + "'");
+  }
+  // A matrix named `name` of rows x cols, or (when `may_be_empty`) 0 x 0; finite.
+  Matrix matrix(const std::string &field, const std::string &name, int rows, int cols,
+                bool may_be_empty) {
+    expect_string(field + " name", name);
+    const uint32_t r = u32(field + " rows"), c = u32(field + " cols");
+    const bool empty = r == 0 && c == 0;
+    if (!(empty && may_be_empty) &&
+        (r != static_cast<uint32_t>(rows) || c != static_cast<uint32_t>(cols))) {
+      fail(field + ": expected " + std::to_string(rows) + " x " + std::to_string(cols) +
+           (may_be_empty ? " (or 0 x 0)" : "") + ", found " + std::to_string(r) + " x " +
+           std::to_string(c));
+    }
+    Matrix m(r, c);
+    const uint8_t *p = take(4 * static_cast<size_t>(m.size()), field + " values");
+    for (Eigen::Index i = 0; i < m.size(); ++i)
+      m.data()[i] = detail::load_le_float(p + 4 * i);
+    if (!m.allFinite())
+      fail(field + ": holds NaN or Inf");
+    return m;
+  }
+  void expect_end() const {
+    if (at_ != b_.size())
+      fail(std::to_string(b_.size() - at_) + " unexpected bytes after the last block");
+  }
+
+private:
+  const std::string &path_;
+  const std::vector<uint8_t> &b_;
+  size_t at_ = 0;
+};
+
+template <typename Rng> Rng parse_rng(Reader &r, const std::string &field) {
+  std::istringstream is(r.string(field));
+  Rng rng;
+  is >> rng;
+  if (is.fail())
+    r.fail(field + ": not a std::mt19937 state");
+  return rng;
+}
+
+Params read_params(Reader &r, const std::string &what, const std::vector<ParamShape> &shapes) {
+  const uint32_t n = r.u32(what + " count");
+  if (n != shapes.size()) {
+    r.fail(what + " count: expected " + std::to_string(shapes.size()) + " (the model's), found " +
+           std::to_string(n));
+  }
+  Params p;
+  for (size_t i = 0; i < shapes.size(); ++i) {
+    const std::string field = what + "[" + std::to_string(i) + "] (" + shapes[i].name + ")";
+    p.push_back(r.matrix(field, shapes[i].name, shapes[i].rows, shapes[i].cols, false));
+  }
+  return p;
+}
+
+// Everything a block's state holds, read and checked before anything is written.
+struct BlockState {
+  double ema_weight = 0.0;
+  bool have_inverse = false;
+  std::vector<Matrix> matrices;
+};
+
+} // namespace
+
+void Optimizer::save_checkpoint(const std::string &path, const Params &params) const {
+  check_params(params, "Optimizer::save_checkpoint");
+  std::vector<uint8_t> out(kMagic, kMagic + sizeof kMagic);
+  detail::append_le32(out, kVersion);
+  append_string(out, estimation_mode_name(options_.estimation_mode));
+  detail::append_le64(out, static_cast<uint64_t>(step_));
+  out.push_back(burned_in_ ? 1 : 0);
+  out.push_back(force_inverse_update_ ? 1 : 0);
+  detail::append_le_double(out, damping_);
+  detail::append_le_double(out, damping_boost_);
+  detail::append_le64(out, static_cast<uint64_t>(rejected_steps_));
+  detail::append_le64(out, static_cast<uint64_t>(inverse_failures_));
+  detail::append_le64(out, static_cast<uint64_t>(inverse_updates_));
+  detail::append_le64(out, static_cast<uint64_t>(curvature_updates_));
+  append_string(out, rng_text(rng_));
+  append_string(out, rng_text(value_rng_));
+  const std::vector<ParamShape> shapes = model_.param_shapes();
+  for (const Params *list : {&params, &velocity_}) {
+    detail::append_le32(out, static_cast<uint32_t>(list->size()));
+    for (size_t i = 0; i < list->size(); ++i)
+      append_matrix(out, shapes[i].name, (*list)[i]);
+  }
+  const auto &blocks = estimator_.blocks();
+  detail::append_le32(out, static_cast<uint32_t>(blocks.size()));
+  for (const auto &b : blocks) {
+    // state() hands out pointers for restoring; saving only reads through them.
+    const CurvatureBlock::State s = const_cast<CurvatureBlock &>(*b).state();
+    append_string(out, b->name());
+    append_string(out, b->tag().name);
+    detail::append_le_double(out, *s.ema_weight);
+    out.push_back(*s.have_inverse ? 1 : 0);
+    detail::append_le32(out, static_cast<uint32_t>(s.matrices.size()));
+    for (const auto &m : s.matrices)
+      append_matrix(out, m.name, *m.matrix);
+  }
+  detail::write_file_atomically(path, out);
+}
+
+void Optimizer::load_checkpoint(const std::string &path, Params &params) {
+  // The largest file this optimizer can have written, so a huge file is refused unread.
+  const std::vector<ParamShape> shapes = model_.param_shapes();
+  size_t max_bytes = 1u << 22;
+  for (const ParamShape &s : shapes)
+    max_bytes += 2 * (4 * static_cast<size_t>(s.rows) * s.cols + 1024);
+  std::vector<CurvatureBlock::State> live;
+  for (size_t i = 0; i < estimator_.blocks().size(); ++i) {
+    live.push_back(estimator_.block(i).state());
+    for (const auto &m : live.back().matrices)
+      max_bytes += 4 * static_cast<size_t>(m.rows) * m.cols + 1024;
+  }
+  size_t total = 0;
+  const std::vector<uint8_t> bytes = detail::read_file_prefix(path, max_bytes + 1, &total);
+  Reader r(path, bytes);
+  if (total > max_bytes) {
+    r.fail("the file has " + std::to_string(total) + " bytes, more than this optimizer's " +
+           "checkpoint can have (" + std::to_string(max_bytes) + ")");
+  }
+  const uint8_t *magic = r.take(sizeof kMagic, "signature");
+  if (!std::equal(magic, magic + sizeof kMagic, kMagic))
+    r.fail("signature: not an hkfac optimizer checkpoint (expected \"HKFACCKP\")");
+  const uint32_t version = r.u32("version");
+  if (version != kVersion) {
+    r.fail("version: expected " + std::to_string(kVersion) + ", found " + std::to_string(version));
+  }
+  r.expect_string("estimation mode", estimation_mode_name(options_.estimation_mode));
+  const uint64_t step = r.u64("step");
+  const bool burned_in = r.flag("burned_in");
+  const bool force_inverse = r.flag("force_inverse_update");
+  const double damping = r.f64("damping"), boost = r.f64("damping boost");
+  if (!std::isfinite(damping) || damping < 0.0)
+    r.fail("damping: expected a finite value >= 0, found " + std::to_string(damping));
+  if (!std::isfinite(boost) || boost < 1.0)
+    r.fail("damping boost: expected a finite value >= 1, found " + std::to_string(boost));
+  const uint64_t rejected = r.u64("rejected steps"), failures = r.u64("inverse failures"),
+                 inverses = r.u64("inverse updates"), curvatures = r.u64("curvature updates");
+  constexpr uint64_t kMaxCount = static_cast<uint64_t>(std::numeric_limits<int>::max());
+  if (step > kMaxCount || rejected > step || failures > rejected || inverses > kMaxCount ||
+      curvatures > kMaxCount)
+    r.fail("step counters out of range (step " + std::to_string(step) + ")");
+  const std::mt19937 rng = parse_rng<std::mt19937>(r, "rng");
+  const std::mt19937 value_rng = parse_rng<std::mt19937>(r, "value rng");
+  Params new_params = read_params(r, "params", shapes);
+  Params new_velocity = read_params(r, "velocity", shapes);
+
+  const uint32_t nblocks = r.u32("block count");
+  if (nblocks != live.size()) {
+    r.fail("block count: expected " + std::to_string(live.size()) + ", found " +
+           std::to_string(nblocks));
+  }
+  std::vector<BlockState> states(live.size());
+  for (size_t i = 0; i < live.size(); ++i) {
+    const CurvatureBlock &b = *estimator_.blocks()[i];
+    const std::string where = "block " + std::to_string(i) + " ('" + b.tag().name + "')";
+    r.expect_string(where + " type", b.name());
+    r.expect_string(where + " tag", b.tag().name);
+    BlockState &s = states[i];
+    s.ema_weight = r.f64(where + " ema weight");
+    if (!std::isfinite(s.ema_weight) || s.ema_weight < 0.0)
+      r.fail(where + " ema weight: expected a finite value >= 0");
+    s.have_inverse = r.flag(where + " have_inverse");
+    const uint32_t count = r.u32(where + " matrix count");
+    if (count != live[i].matrices.size()) {
+      r.fail(where + " matrix count: expected " + std::to_string(live[i].matrices.size()) +
+             ", found " + std::to_string(count) + " (a different use_exact_inverses?)");
+    }
+    for (const auto &m : live[i].matrices) {
+      // An inverse the block relies on must be there.
+      const bool may_be_empty = m.optional && !(m.inverse && s.have_inverse);
+      s.matrices.push_back(r.matrix(where + " " + m.name, m.name, m.rows, m.cols, may_be_empty));
+    }
+  }
+  r.expect_end();
+
+  // All checked: commit.
+  step_ = static_cast<int>(step);
+  burned_in_ = burned_in;
+  force_inverse_update_ = force_inverse;
+  damping_ = damping;
+  damping_boost_ = boost;
+  rejected_steps_ = static_cast<int>(rejected);
+  inverse_failures_ = static_cast<int>(failures);
+  inverse_updates_ = static_cast<int>(inverses);
+  curvature_updates_ = static_cast<int>(curvatures);
+  rng_ = rng;
+  value_rng_ = value_rng;
+  velocity_ = std::move(new_velocity);
+  // Element-wise, as step() does: a caller's reference to one of params' matrices stays valid.
+  if (params.size() == new_params.size()) {
+    for (size_t i = 0; i < params.size(); ++i)
+      params[i].swap(new_params[i]);
+  } else {
+    params = std::move(new_params);
+  }
+  for (size_t i = 0; i < live.size(); ++i) {
+    *live[i].ema_weight = states[i].ema_weight;
+    *live[i].have_inverse = states[i].have_inverse;
+    for (size_t k = 0; k < live[i].matrices.size(); ++k)
+      live[i].matrices[k].matrix->swap(states[i].matrices[k]);
+  }
+}
+
+} // namespace hkfac::kfac
