@@ -68,6 +68,12 @@ hkfac::kfac::Batch Dataset::next_batch(int batch_size) {
   return b;
 }
 
+void Dataset::skip_batches(long batches, int batch_size) {
+  std::uniform_int_distribution<int> pick(0, size() - 1);
+  for (long i = 0; i < batches * batch_size; ++i)
+    pick(rng_);
+}
+
 hkfac::kfac::Batch Dataset::slice(int first, int count) const {
   first = std::clamp(first, 0, size());
   count = std::clamp(count, 0, size() - first);

@@ -20,6 +20,9 @@ public:
   int dim() const { return static_cast<int>(examples_.cols()); }
   int size() const { return static_cast<int>(examples_.rows()); }
   hkfac::kfac::Batch next_batch(int batch_size);
+  // Advances the shuffling as `batches` calls of next_batch(batch_size) would, without copying
+  // examples: a resumed run continues with the batches the saved run would have drawn next.
+  void skip_batches(long batches, int batch_size);
   // Examples [first, first + count) in order (clipped to the pool), for a fixed evaluation set.
   hkfac::kfac::Batch slice(int first, int count) const;
 

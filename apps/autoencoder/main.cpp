@@ -47,6 +47,11 @@ ABSL_FLAG(double, norm_constraint, 0.0, "K-FAC: bound on lr^2 <u, g> (0 = no con
 ABSL_FLAG(int, curvature_batch_size, 0,
           "K-FAC: examples of each batch the curvature is estimated on (0 = all)");
 ABSL_FLAG(int, inverse_update_period, 5, "K-FAC: steps between factor inverse updates");
+ABSL_FLAG(std::string, save_checkpoint, "",
+          "K-FAC: write the parameters and the optimizer's state here when training ends");
+ABSL_FLAG(std::string, load_checkpoint, "",
+          "K-FAC: resume from a --save_checkpoint file of a run with the same flags; the data "
+          "continue where that run stopped, and --training_steps more steps are taken");
 ABSL_FLAG(int, log_every, 10, "Print progress every this many steps");
 ABSL_FLAG(double, max_seconds, 0.0, "Stop after this much training time (0 = no limit)");
 ABSL_FLAG(std::string, csv, "autoencoder_loss.csv", "Loss-curve CSV output path");
@@ -148,6 +153,11 @@ int run() {
   if (which != "kfac" && which != "adam" && which != "sgd") {
     throw hkfac::Error("--optimizer must be kfac, adam or sgd, got '" + which + "'");
   }
+  const std::string save_path = absl::GetFlag(FLAGS_save_checkpoint);
+  const std::string load_path = absl::GetFlag(FLAGS_load_checkpoint);
+  if (which != "kfac" && (!save_path.empty() || !load_path.empty())) {
+    throw hkfac::Error("--save_checkpoint and --load_checkpoint need --optimizer=kfac");
+  }
 
   autoencoder::Dataset data =
       autoencoder::Dataset::load(absl::GetFlag(FLAGS_data), absl::GetFlag(FLAGS_data_dir), seed);
@@ -164,8 +174,7 @@ int run() {
   const auto start = std::chrono::steady_clock::now();
   double paused = 0.0; // seconds spent evaluating, not counted as training time
   auto elapsed = [&]() {
-    return std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count() -
-           paused;
+    return std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count() - paused;
   };
   const double max_seconds = absl::GetFlag(FLAGS_max_seconds);
   const int log_every = std::max(1, absl::GetFlag(FLAGS_log_every));
@@ -205,6 +214,18 @@ int run() {
       o.norm_constraint = absl::GetFlag(FLAGS_norm_constraint);
     }
     hkfac::kfac::Optimizer opt(model, value, o);
+    int first = 0;
+    if (!load_path.empty()) {
+      opt.load_checkpoint(load_path, params);
+      first = opt.step_count();
+      // The saved run drew its burn-in batches and one batch per step.
+      data.skip_batches(first > 0 ? o.num_burnin_steps + first : 0, batch_size);
+      std::printf("resumed from %s at step %d\n", load_path.c_str(), first);
+      // The evaluation before training was of the parameters the checkpoint replaced.
+      evals.clear();
+      next_eval = 0.0;
+      evaluate_if_due(first, false);
+    }
     hkfac::kfac::StepValues v;
     if (!o.use_adaptive_learning_rate)
       v.learning_rate = lr;
@@ -212,11 +233,11 @@ int run() {
       v.momentum = momentum;
     if (!o.use_adaptive_damping)
       v.damping = damping;
-    for (int s = 0; s < steps; ++s) {
+    for (int s = first; s < first + steps; ++s) {
       const hkfac::kfac::StepStats st = opt.step(
           params, [&]() { return data.next_batch(batch_size); }, v);
       curve.push_back({s, elapsed(), st.loss});
-      if (s % log_every == 0 || s + 1 == steps) {
+      if (s % log_every == 0 || s + 1 == first + steps) {
         char rho[16] = "     -"; // computed only where adaptive damping needs it
         if (!std::isnan(st.rho))
           std::snprintf(rho, sizeof rho, "%+.3f", st.rho);
@@ -230,6 +251,10 @@ int run() {
       evaluate_if_due(s + 1, false);
       if (max_seconds > 0 && elapsed() > max_seconds)
         break;
+    }
+    if (!save_path.empty()) {
+      opt.save_checkpoint(save_path, params);
+      std::printf("wrote checkpoint %s at step %d\n", save_path.c_str(), opt.step_count());
     }
   } else {
     Params velocity = hkfac::kfac::zeros_like(params), second = velocity, grad;
@@ -261,8 +286,9 @@ int run() {
     }
   }
   if (eval_every > 0) {
-    if (evals.empty() || evals.back().step != static_cast<int>(curve.size()))
-      evaluate_if_due(static_cast<int>(curve.size()), true);
+    const int done = curve.empty() ? 0 : curve.back().step + 1;
+    if (evals.empty() || evals.back().step != done)
+      evaluate_if_due(done, true);
     autoencoder::write_csv(absl::GetFlag(FLAGS_eval_csv), evals);
     std::printf("objective on the first %d examples: %.5f at the start, %.5f at the end; wrote "
                 "%s\n",
