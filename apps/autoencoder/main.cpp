@@ -216,11 +216,14 @@ int run() {
     hkfac::kfac::Optimizer opt(model, value, o);
     int first = 0;
     if (!load_path.empty()) {
+      const auto t0 = std::chrono::steady_clock::now();
       opt.load_checkpoint(load_path, params);
+      const double load_s =
+          std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
       first = opt.step_count();
       // The saved run drew its burn-in batches and one batch per step.
       data.skip_batches(first > 0 ? o.num_burnin_steps + first : 0, batch_size);
-      std::printf("resumed from %s at step %d\n", load_path.c_str(), first);
+      std::printf("resumed from %s at step %d (read in %.2fs)\n", load_path.c_str(), first, load_s);
       // The evaluation before training was of the parameters the checkpoint replaced.
       evals.clear();
       next_eval = 0.0;
@@ -253,8 +256,10 @@ int run() {
         break;
     }
     if (!save_path.empty()) {
+      const auto t0 = std::chrono::steady_clock::now();
       opt.save_checkpoint(save_path, params);
-      std::printf("wrote checkpoint %s at step %d\n", save_path.c_str(), opt.step_count());
+      std::printf("wrote checkpoint %s at step %d in %.2fs\n", save_path.c_str(), opt.step_count(),
+                  std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count());
     }
   } else {
     Params velocity = hkfac::kfac::zeros_like(params), second = velocity, grad;
