@@ -49,6 +49,9 @@ ABSL_FLAG(int, curvature_batch_size, 0,
 ABSL_FLAG(int, inverse_update_period, 5, "K-FAC: steps between factor inverse updates");
 ABSL_FLAG(std::string, save_checkpoint, "",
           "K-FAC: write the parameters and the optimizer's state here when training ends");
+ABSL_FLAG(int, checkpoint_every, 0,
+          "K-FAC: also write --save_checkpoint every this many steps, with the clock paused "
+          "(0 = only at the end)");
 ABSL_FLAG(std::string, load_checkpoint, "",
           "K-FAC: resume from a --save_checkpoint file of a run with the same flags; the data "
           "continue where that run stopped, and --training_steps more steps are taken");
@@ -155,8 +158,12 @@ int run() {
   }
   const std::string save_path = absl::GetFlag(FLAGS_save_checkpoint);
   const std::string load_path = absl::GetFlag(FLAGS_load_checkpoint);
+  const int checkpoint_every = absl::GetFlag(FLAGS_checkpoint_every);
   if (which != "kfac" && (!save_path.empty() || !load_path.empty())) {
     throw hkfac::Error("--save_checkpoint and --load_checkpoint need --optimizer=kfac");
+  }
+  if (checkpoint_every < 0 || (checkpoint_every > 0 && save_path.empty())) {
+    throw hkfac::Error("--checkpoint_every must be >= 0 and needs --save_checkpoint");
   }
 
   autoencoder::Dataset data =
@@ -236,6 +243,16 @@ int run() {
       v.momentum = momentum;
     if (!o.use_adaptive_damping)
       v.damping = damping;
+    // Writes the checkpoint; its time is not training time.
+    auto save = [&]() {
+      const auto t0 = std::chrono::steady_clock::now();
+      opt.save_checkpoint(save_path, params);
+      const double took =
+          std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+      paused += took;
+      std::printf("wrote checkpoint %s at step %d in %.2fs\n", save_path.c_str(), opt.step_count(),
+                  took);
+    };
     for (int s = first; s < first + steps; ++s) {
       const hkfac::kfac::StepStats st = opt.step(
           params, [&]() { return data.next_batch(batch_size); }, v);
@@ -254,13 +271,11 @@ int run() {
       evaluate_if_due(s + 1, false);
       if (max_seconds > 0 && elapsed() > max_seconds)
         break;
+      if (checkpoint_every > 0 && (s + 1) % checkpoint_every == 0 && s + 1 < first + steps)
+        save();
     }
-    if (!save_path.empty()) {
-      const auto t0 = std::chrono::steady_clock::now();
-      opt.save_checkpoint(save_path, params);
-      std::printf("wrote checkpoint %s at step %d in %.2fs\n", save_path.c_str(), opt.step_count(),
-                  std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count());
-    }
+    if (!save_path.empty())
+      save();
   } else {
     Params velocity = hkfac::kfac::zeros_like(params), second = velocity, grad;
     const float beta1 = 0.9f, beta2 = 0.999f, eps = 1e-8f;
