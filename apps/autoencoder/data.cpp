@@ -1,46 +1,12 @@
-// Dataset loading: random vectors, or Fashion-MNIST idx files (gzip) via zlib.
+// Dataset loading: random vectors, or the Fashion-MNIST training images.
 #include "data.h"
 
-#include <zlib.h>
-
 #include <algorithm>
-#include <cstdint>
-#include <vector>
 
 #include "hkfac/error.h"
+#include "idx.h"
 
 namespace autoencoder {
-namespace {
-
-uint32_t big_endian(const unsigned char *p) {
-  return (uint32_t(p[0]) << 24) | (uint32_t(p[1]) << 16) | (uint32_t(p[2]) << 8) | uint32_t(p[3]);
-}
-
-// Reads an idx3-ubyte image file (optionally gzip-compressed) into one row per image.
-hkfac::kfac::Matrix read_idx_images(const std::string &path) {
-  gzFile f = gzopen(path.c_str(), "rb");
-  if (!f)
-    throw hkfac::Error("fashion_mnist: cannot open '" + path + "'");
-  unsigned char header[16];
-  if (gzread(f, header, 16) != 16 || big_endian(header) != 0x803) {
-    gzclose(f);
-    throw hkfac::Error("fashion_mnist: '" + path + "' is not an idx3-ubyte image file");
-  }
-  const int n = static_cast<int>(big_endian(header + 4));
-  const int pixels = static_cast<int>(big_endian(header + 8) * big_endian(header + 12));
-  std::vector<unsigned char> raw(static_cast<size_t>(n) * pixels);
-  const int got = gzread(f, raw.data(), static_cast<unsigned>(raw.size()));
-  gzclose(f);
-  if (got != static_cast<int>(raw.size())) {
-    throw hkfac::Error("fashion_mnist: '" + path + "' is truncated");
-  }
-  hkfac::kfac::Matrix m(n, pixels);
-  for (size_t i = 0; i < raw.size(); ++i)
-    m.data()[i] = raw[i] / 255.0f;
-  return m;
-}
-
-} // namespace
 
 Dataset Dataset::load(const std::string &kind, const std::string &mnist_dir, unsigned seed,
                       int random_examples) {
@@ -51,7 +17,7 @@ Dataset Dataset::load(const std::string &kind, const std::string &mnist_dir, uns
     d.examples_ =
         hkfac::kfac::Matrix::NullaryExpr(random_examples, 20, [&]() { return u(d.rng_); });
   } else if (kind == "fashion_mnist") {
-    d.examples_ = read_idx_images(mnist_dir + "/train-images-idx3-ubyte.gz");
+    d.examples_ = hkfac::apps::read_idx_images(mnist_dir + "/train-images-idx3-ubyte.gz");
   } else {
     throw hkfac::Error("--data must be random or fashion_mnist, got '" + kind + "'");
   }

@@ -15,6 +15,7 @@
 #include <cstdio>
 #include <random>
 
+#include "adam.h"
 #include "data.h"
 #include "hkfac/allocator.h"
 #include "hkfac/error.h"
@@ -277,8 +278,8 @@ int run() {
     if (!save_path.empty())
       save();
   } else {
-    Params velocity = hkfac::kfac::zeros_like(params), second = velocity, grad;
-    const float beta1 = 0.9f, beta2 = 0.999f, eps = 1e-8f;
+    Params velocity = hkfac::kfac::zeros_like(params), grad;
+    hkfac::apps::Adam adam(lr);
     for (int s = 0; s < steps; ++s) {
       const double loss =
           loss_and_gradient(model, value, params, data.next_batch(batch_size), l2, grad);
@@ -287,14 +288,7 @@ int run() {
         hkfac::kfac::axpy(static_cast<float>(-lr), grad, velocity);
         hkfac::kfac::axpy(1.0f, velocity, params);
       } else {
-        const float c1 = 1.0f - std::pow(beta1, static_cast<float>(s + 1));
-        const float c2 = 1.0f - std::pow(beta2, static_cast<float>(s + 1));
-        for (size_t i = 0; i < params.size(); ++i) {
-          velocity[i] = beta1 * velocity[i] + (1 - beta1) * grad[i];
-          second[i] = beta2 * second[i] + (1 - beta2) * grad[i].cwiseAbs2();
-          params[i].array() -= static_cast<float>(lr) * (velocity[i].array() / c1) /
-                               ((second[i].array() / c2).sqrt() + eps);
-        }
+        adam.step(params, grad);
       }
       curve.push_back({s, elapsed(), loss});
       if (s % log_every == 0 || s + 1 == steps) {

@@ -1,0 +1,23 @@
+#include "adam.h"
+
+#include <cmath>
+
+namespace hkfac::apps {
+
+void Adam::step(kfac::Params &params, const kfac::Params &grad) {
+  kfac::check_same_shapes(params, grad, "Adam::step 'grad'");
+  if (m_.empty()) {
+    m_ = kfac::zeros_like(params);
+    v_ = m_;
+  }
+  ++t_;
+  const float c1 = 1.0f - std::pow(beta1_, static_cast<float>(t_));
+  const float c2 = 1.0f - std::pow(beta2_, static_cast<float>(t_));
+  for (size_t i = 0; i < params.size(); ++i) {
+    m_[i] = beta1_ * m_[i] + (1 - beta1_) * grad[i];
+    v_[i] = beta2_ * v_[i] + (1 - beta2_) * grad[i].cwiseAbs2();
+    params[i].array() -= lr_ * (m_[i].array() / c1) / ((v_[i].array() / c2).sqrt() + eps_);
+  }
+}
+
+} // namespace hkfac::apps
