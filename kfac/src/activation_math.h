@@ -1,8 +1,11 @@
 // Elementwise activations and their derivatives from the output (internal header).
 #pragma once
 
+#include <algorithm>
+
 #include "hkfac/kernels/dense.h"
 #include "hkfac/kfac/types.h"
+#include "parallel_chunks.h"
 
 namespace hkfac::kfac::detail {
 
@@ -21,32 +24,46 @@ inline Matrix apply_activation(const Matrix &z, kernels::Activation act) {
   return z;
 }
 
+// Row r of add_bias_times_derivative.
+inline void add_bias_times_derivative_row(Matrix &d, const Matrix *bias, const Matrix &y,
+                                          kernels::Activation act, Eigen::Index r) {
+  using kernels::Activation;
+  auto row = d.row(r).array();
+  if (bias)
+    row += bias->row(0).array();
+  const auto out = y.row(r).array();
+  switch (act) {
+  case Activation::identity:
+    break;
+  case Activation::tanh:
+    row *= 1.0f - out.square();
+    break;
+  case Activation::relu:
+    row *= (out > 0.0f).cast<float>();
+    break;
+  case Activation::sigmoid:
+    row *= out * (1.0f - out);
+    break;
+  }
+}
+
 // d <- (d + 1 bᵀ) ⊙ act'(z) in place, with act'(z) written in terms of y = act(z), which is what
 // the backward pass keeps; no bias when `bias` is null. One pass over d, row by row, with no
 // temporaries: as separate Eigen expressions (derivative matrix, product, bias add) the tangent
-// and input-gradient epilogues cost three passes and an allocation.
+// and input-gradient epilogues cost three passes and an allocation. Rows are independent, so
+// ranges of them run on the kernels' thread pool when d is large (a convolution's tangent has a
+// row per output location; serial, this pass took 4% of the profile samples of a K-FAC run of
+// the Fashion-MNIST CNN, apps/classifier).
 inline void add_bias_times_derivative(Matrix &d, const Matrix *bias, const Matrix &y,
                                       kernels::Activation act) {
-  using kernels::Activation;
-  for (Eigen::Index r = 0; r < d.rows(); ++r) {
-    auto row = d.row(r).array();
-    if (bias)
-      row += bias->row(0).array();
-    const auto out = y.row(r).array();
-    switch (act) {
-    case Activation::identity:
-      break;
-    case Activation::tanh:
-      row *= 1.0f - out.square();
-      break;
-    case Activation::relu:
-      row *= (out > 0.0f).cast<float>();
-      break;
-    case Activation::sigmoid:
-      row *= out * (1.0f - out);
-      break;
-    }
-  }
+  const Eigen::Index per =
+      std::max<Eigen::Index>(1, kChunkElements / std::max<Eigen::Index>(1, d.cols()));
+  const int count = static_cast<int>((d.rows() + per - 1) / per);
+  auto rows = [&](int i) {
+    for (Eigen::Index r = i * per; r < std::min(d.rows(), (i + 1) * per); ++r)
+      add_bias_times_derivative_row(d, bias, y, act, r);
+  };
+  run_chunks(count, d.size() >= kParallelMinElements, rows);
 }
 
 // d ⊙ act'(z), from y = act(z): the backward and tangent step of an activation.
