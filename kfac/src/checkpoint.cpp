@@ -5,6 +5,7 @@
 //   "HKFACCKP", u32 version, string estimation mode,
 //   u64 step, u8 burned_in, u8 force_inverse_update, f64 damping, f64 damping_boost,
 //   u64 rejected_steps, u64 inverse_failures, u64 inverse_updates, u64 curvature_updates,
+//   u64 consecutive non-finite batches,
 //   string rng, string value rng (std::mt19937's text form),
 //   u32 count + matrices: params, then velocity,
 //   u32 block count, per block: string type, string tag, f64 ema weight, u8 have_inverse,
@@ -163,6 +164,7 @@ void Optimizer::save_checkpoint(const std::string &path, const Params &params) c
   detail::append_le64(out, static_cast<uint64_t>(inverse_failures_));
   detail::append_le64(out, static_cast<uint64_t>(inverse_updates_));
   detail::append_le64(out, static_cast<uint64_t>(curvature_updates_));
+  detail::append_le64(out, static_cast<uint64_t>(nonfinite_batches_));
   append_string(out, rng_text(rng_));
   append_string(out, rng_text(value_rng_));
   const std::vector<ParamShape> shapes = model_.param_shapes();
@@ -224,7 +226,13 @@ void Optimizer::load_checkpoint(const std::string &path, Params &params) {
     r.fail("damping boost: expected a finite value >= 1, found " + std::to_string(boost));
   const uint64_t rejected = r.u64("rejected steps"), failures = r.u64("inverse failures"),
                  inverses = r.u64("inverse updates"), curvatures = r.u64("curvature updates");
+  const uint64_t nonfinite = r.u64("consecutive non-finite batches");
   constexpr uint64_t kMaxCount = static_cast<uint64_t>(std::numeric_limits<int>::max());
+  if (nonfinite >= static_cast<uint64_t>(kMaxNonfiniteBatches) || nonfinite > rejected) {
+    r.fail("consecutive non-finite batches: expected at most " +
+           std::to_string(kMaxNonfiniteBatches - 1) +
+           " and no more than the rejected steps, found " + std::to_string(nonfinite));
+  }
   if (step > kMaxCount || rejected > step || failures > rejected || inverses > kMaxCount ||
       curvatures > kMaxCount)
     r.fail("step counters out of range (step " + std::to_string(step) + ")");
@@ -270,6 +278,7 @@ void Optimizer::load_checkpoint(const std::string &path, Params &params) {
   damping_boost_ = boost;
   rejected_steps_ = static_cast<int>(rejected);
   inverse_failures_ = static_cast<int>(failures);
+  nonfinite_batches_ = static_cast<int>(nonfinite);
   inverse_updates_ = static_cast<int>(inverses);
   curvature_updates_ = static_cast<int>(curvatures);
   rng_ = rng;

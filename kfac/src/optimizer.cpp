@@ -291,8 +291,22 @@ StepStats Optimizer::step(Params &params, const std::function<Batch()> &next_bat
   // The squared norm doubles as the finiteness check (as in all_finite).
   st.grad_norm = std::sqrt(squared_norm(g));
   st.timings.forward_backward_s = seconds_since(t);
-  if (!std::isfinite(st.loss) || !std::isfinite(st.grad_norm))
+  if (!std::isfinite(st.loss) || !std::isfinite(st.grad_norm)) {
+    // One bad batch is rejected; the same parameters failing on several batches in a row are
+    // broken themselves (an accepted update blew them up), and rejecting forever would only
+    // raise the damping while the run stands still.
+    if (++nonfinite_batches_ >= kMaxNonfiniteBatches) {
+      throw Error("Optimizer::step: the " +
+                  std::string(std::isfinite(st.loss) ? "gradient" : "loss") +
+                  " at the current parameters was not finite on " +
+                  std::to_string(nonfinite_batches_) + " batches in a row (steps " +
+                  std::to_string(step_ - nonfinite_batches_ + 1) + "-" + std::to_string(step_) +
+                  "): an earlier update made the parameters unusable; restart from a checkpoint "
+                  "with more damping (min_damping, l2_reg) or a smaller learning rate");
+    }
     return reject();
+  }
+  nonfinite_batches_ = 0;
 
   // The point curvature is measured at: this forward's records on the whole batch, or (with a
   // curvature subset) a second forward over the subset, made when first needed. After it the

@@ -203,6 +203,34 @@ TEST(kfacOptimizer, NonFiniteStepIsRejectedAndRaisesDamping) {
   EXPECT_TRUE(all_finite(r.params));
 }
 
+// Two bad batches in a row are two rejections; a third means the parameters are what is broken
+// (here: NaN weights, as a blown-up update leaves them), and step() says so instead of rejecting
+// forever.
+TEST(kfacOptimizer, ParametersThatFailOnThreeBatchesInARowAreAnError) {
+  Regression r;
+  Optimizer opt(r.model, Regression::value, basic_options());
+  opt.step(r.params, r.source(), values(0.1, 0.0, 1e-2));
+  auto poisoned = [&]() {
+    Batch b = r.next();
+    b.targets(0, 0) = std::numeric_limits<float>::quiet_NaN();
+    return b;
+  };
+  for (int i = 0; i < 2; ++i)
+    EXPECT_TRUE(opt.step(r.params, poisoned, values(0.1, 0.0, 1e-2)).rejected);
+  EXPECT_FALSE(opt.step(r.params, r.source(), values(0.1, 0.0, 1e-2)).rejected); // count reset
+  r.params[0](0, 0) = std::numeric_limits<float>::quiet_NaN();
+  for (int i = 0; i < 2; ++i)
+    EXPECT_TRUE(opt.step(r.params, r.source(), values(0.1, 0.0, 1e-2)).rejected);
+  try {
+    opt.step(r.params, r.source(), values(0.1, 0.0, 1e-2));
+    FAIL() << "a third non-finite loss at the same parameters was rejected again";
+  } catch (const Error &e) {
+    EXPECT_NE(std::string(e.what()).find("not finite on 3 batches in a row (steps 4-6)"),
+              std::string::npos)
+        << e.what();
+  }
+}
+
 // rho measures how well the quadratic model predicted the change: a small step on a smooth
 // network is predicted well (rho ≈ 1: damping must fall), a huge one is not (rho < 0.25: damping
 // must rise).
@@ -342,8 +370,8 @@ TEST(kfacOptimizer, CurvatureSubsetFeedsTheFactorsOnlyTheBatchHead) {
   const MatrixXd expected = (0.9 * burn + input_factor(head(seen[2], 5))) / 1.9;
   EXPECT_LT(rel_err(block.factor_a().cast<double>(), expected), 1e-5);
   // The whole-batch factor is far from it, so the comparison above can tell them apart.
-  const MatrixXd whole = (0.9 * (input_factor(seen[0]) + input_factor(seen[1])) / 2 +
-                          input_factor(seen[2])) / 1.9;
+  const MatrixXd whole =
+      (0.9 * (input_factor(seen[0]) + input_factor(seen[1])) / 2 + input_factor(seen[2])) / 1.9;
   EXPECT_GT(rel_err(whole, expected), 1e-2);
   // The gradient is the whole batch's.
   const double g_norm = std::sqrt(squared_norm(opt.gradient(before, seen[2])));
@@ -379,7 +407,8 @@ TEST(kfacOptimizer, CurvatureSubsetDrivesTheQuadraticModel) {
     Params plus = before, minus = before;
     axpy(1.0f, delta, plus);
     axpy(-1.0f, delta, minus);
-    return opt.evaluate(plus, batch) + opt.evaluate(minus, batch) - 2.0 * opt.evaluate(before, batch);
+    return opt.evaluate(plus, batch) + opt.evaluate(minus, batch) -
+           2.0 * opt.evaluate(before, batch);
   };
   const double gd = dot(opt.gradient(before, b), delta);
   ASSERT_LT(gd, 0.0);

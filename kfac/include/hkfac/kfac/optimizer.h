@@ -165,6 +165,8 @@ struct StepStats {
 //  7. reject Δ if non-finite (damping raised, counted); otherwise compute rho (where needed; a
 //     non-finite loss at θ+Δ is then rejected too), apply θ <- θ + Δ
 //     and v <- Δ **in place**, and adapt damping (Levenberg–Marquardt) every interval steps.
+// A non-finite loss or gradient at θ (step 2) rejects the step too, as a bad batch; on 3
+// batches in a row the parameters themselves are broken and step() throws an hkfac::Error.
 class Optimizer {
 public:
   Optimizer(Model &model, ValueFunction value_func, OptimizerOptions options);
@@ -238,6 +240,10 @@ private:
   bool force_inverse_update_ = false;
   int rejected_steps_ = 0;
   int inverse_failures_ = 0;
+  // Consecutive steps whose loss or gradient at the current parameters was not finite; at
+  // kMaxNonfiniteBatches step() throws instead of rejecting.
+  int nonfinite_batches_ = 0;
+  static constexpr int kMaxNonfiniteBatches = 3;
   int inverse_updates_ = 0;
   int curvature_updates_ = 0;
   // The step under test: its update and the parameters it leads to, written in one pass and
