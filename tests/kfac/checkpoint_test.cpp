@@ -186,47 +186,32 @@ struct Saved {
   ~Saved() { std::remove(path.c_str()); }
 };
 
+// The error of loading `path` into a fresh optimizer with options `o` over a network of hidden
+// width `hidden` ("" when it loads).
+std::string mismatch_error(const std::string &path, const OptimizerOptions &o, int hidden = 6) {
+  Net n(1, hidden);
+  Optimizer opt(n.model, Net::value, o);
+  return load_error(opt, path, n.params);
+}
+
 TEST(kfacCheckpoint, MismatchedOptimizersAreNamed) {
   Saved saved;
-  {
-    Net wider(1, 7);
-    Optimizer opt(wider.model, Net::value, options(false));
-    const std::string e = load_error(opt, saved.path, wider.params);
-    EXPECT_NE(e.find("params[0] (layer0/w): expected 4 x 7, found 4 x 6"), std::string::npos) << e;
-  }
-  {
-    Net n(1);
-    OptimizerOptions o = options(false);
-    o.estimation_mode = EstimationMode::ggn_exact;
-    Optimizer opt(n.model, Net::value, o);
-    const std::string e = load_error(opt, saved.path, n.params);
-    EXPECT_NE(e.find("estimation mode: expected 'ggn_exact', found 'fisher_gradients'"),
-              std::string::npos)
-        << e;
-  }
-  {
-    Net n(1);
-    Optimizer opt(n.model, Net::value, options(true));
-    const std::string e = load_error(opt, saved.path, n.params);
-    EXPECT_NE(e.find("block 0 ('dense_0') matrix count: expected 6, found 4"), std::string::npos)
-        << e;
-  }
-  {
-    Net n(1);
-    OptimizerOptions o = options(false);
-    o.layer_tag_to_block.clear(); // the scale-and-shift layer gets its default diagonal block
-    Optimizer opt(n.model, Net::value, o);
-    const std::string e = load_error(opt, saved.path, n.params);
-    EXPECT_NE(e.find("type: expected 'ScaleAndShiftDiagonal', found 'ScaleAndShiftFull'"),
-              std::string::npos)
-        << e;
-  }
-  {
-    Net n(1);
-    Optimizer opt(n.model, Net::value, options(false));
-    const std::string e = load_error(opt, saved.path + ".missing", n.params);
-    EXPECT_NE(e.find(saved.path + ".missing"), std::string::npos) << e;
-  }
+  auto expect_named = [](const std::string &e, const std::string &needle) {
+    EXPECT_NE(e.find(needle), std::string::npos) << "error: '" << e << "'";
+  };
+  expect_named(mismatch_error(saved.path, options(false), 7),
+               "params[0] (layer0/w): expected 4 x 7, found 4 x 6");
+  OptimizerOptions ggn = options(false);
+  ggn.estimation_mode = EstimationMode::ggn_exact;
+  expect_named(mismatch_error(saved.path, ggn),
+               "estimation mode: expected 'ggn_exact', found 'fisher_gradients'");
+  expect_named(mismatch_error(saved.path, options(true)),
+               "block 0 ('dense_0') matrix count: expected 6, found 4");
+  OptimizerOptions diagonal = options(false);
+  diagonal.layer_tag_to_block.clear(); // the scale-and-shift layer gets its default block
+  expect_named(mismatch_error(saved.path, diagonal),
+               "type: expected 'ScaleAndShiftDiagonal', found 'ScaleAndShiftFull'");
+  expect_named(mismatch_error(saved.path + ".missing", options(false)), saved.path + ".missing");
 }
 
 // Prefixes, a trailing byte, and single-byte corruptions all through the file: each load either
