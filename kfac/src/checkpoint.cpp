@@ -122,7 +122,8 @@ template <typename Rng> Rng parse_rng(Reader &r, const std::string &field) {
   std::istringstream is(r.string(field));
   Rng rng;
   is >> rng;
-  if (is.fail())
+  std::string rest;
+  if (is.fail() || (is >> rest, !rest.empty()))
     r.fail(field + ": not a std::mt19937 state");
   return rng;
 }
