@@ -80,9 +80,16 @@ struct Split {
   Split(const std::string &images_path, const std::string &labels_path, int limit) {
     images = hkfac::apps::read_idx_images(images_path);
     labels = hkfac::apps::read_idx_labels(labels_path);
-    if (images.rows() != static_cast<Eigen::Index>(labels.size()) || images.cols() != 28 * 28) {
+    if (labels.empty() || images.rows() != static_cast<Eigen::Index>(labels.size()) ||
+        images.cols() != 28 * 28) {
       throw hkfac::Error("classifier: " + images_path + " and " + labels_path +
-                         " do not hold the same number of 28x28 images and labels");
+                         " do not hold the same number (>= 1) of 28x28 images and labels");
+    }
+    for (size_t i = 0; i < labels.size(); ++i) {
+      if (labels[i] < 0 || labels[i] >= kClasses) {
+        throw hkfac::Error("classifier: " + labels_path + ": label " + std::to_string(i) + " is " +
+                           std::to_string(labels[i]) + ", expected 0-9");
+      }
     }
     if (limit < static_cast<int>(labels.size())) {
       images.conservativeResize(limit, Eigen::NoChange);

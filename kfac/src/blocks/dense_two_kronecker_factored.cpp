@@ -83,7 +83,7 @@ void DenseTwoKroneckerFactored::reset() {
 
 CurvatureBlock::OwnState DenseTwoKroneckerFactored::own_state() {
   // The sums are set from construction on (reset), the inverses from the first update_inverse.
-  const int da = static_cast<int>(a_sum_.rows());
+  const int da = d_in_ + (tag().has_bias ? 1 : 0);
   if (options_.use_exact_inverses) {
     return {&have_inverse_,
             {{"a_sum", &a_sum_, da, da, false, false},
