@@ -2,11 +2,12 @@
 include(GNUInstallDirs)
 include(CMakePackageConfigHelpers)
 
-install(TARGETS hkfac_runtime EXPORT hkfacTargets
+install(TARGETS hkfac_runtime hkfac_kfac EXPORT hkfacTargets
         LIBRARY DESTINATION ${CMAKE_INSTALL_LIBDIR}
         ARCHIVE DESTINATION ${CMAKE_INSTALL_LIBDIR}
         RUNTIME DESTINATION ${CMAKE_INSTALL_BINDIR})
-install(DIRECTORY runtime/include/hkfac DESTINATION ${CMAKE_INSTALL_INCLUDEDIR})
+# Both trees merge into include/hkfac: the runtime's headers and hkfac/kfac/.
+install(DIRECTORY runtime/include/hkfac kfac/include/hkfac DESTINATION ${CMAKE_INSTALL_INCLUDEDIR})
 
 install(EXPORT hkfacTargets NAMESPACE hkfac:: DESTINATION ${CMAKE_INSTALL_LIBDIR}/cmake/hkfac)
 configure_package_config_file(cmake/hkfacConfig.cmake.in
