@@ -244,6 +244,15 @@ TEST(kfacCheckpoint, DamagedFilesAreRefusedAndChangeNothing) {
   expect_refused(bad, "version: expected 1, found 2");
 
   // Every byte of the header and the generators' states, then every 13th.
+  // The generator's text (at the layout's fixed offset after the 16-letter estimation mode)
+  // with a stray letter after its last number: the number would parse, the state would be wrong.
+  bad = good;
+  const size_t rng_at = 8 + 4 + (4 + 16) + 8 + 2 + 2 * 8 + 5 * 8;
+  const uint32_t rng_len = detail::load_le32(&bad[rng_at]);
+  ASSERT_LT(rng_at + 4 + rng_len, bad.size());
+  bad[rng_at + 4 + rng_len - 1] = 'x';
+  expect_refused(bad, "rng: not a std::mt19937 state");
+
   int refused = 0;
   for (size_t i = 0; i < good.size(); i += (i < 200 ? 1 : 13)) {
     std::vector<uint8_t> flipped = good;
