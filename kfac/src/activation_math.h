@@ -56,14 +56,10 @@ inline void add_bias_times_derivative_row(Matrix &d, const Matrix *bias, const M
 // the Fashion-MNIST CNN, apps/classifier).
 inline void add_bias_times_derivative(Matrix &d, const Matrix *bias, const Matrix &y,
                                       kernels::Activation act) {
-  const Eigen::Index per =
-      std::max<Eigen::Index>(1, kChunkElements / std::max<Eigen::Index>(1, d.cols()));
-  const int count = static_cast<int>((d.rows() + per - 1) / per);
-  auto rows = [&](int i) {
-    for (Eigen::Index r = i * per; r < std::min(d.rows(), (i + 1) * per); ++r)
+  for_row_ranges(d.rows(), d.cols(), [&](Eigen::Index first, Eigen::Index end) {
+    for (Eigen::Index r = first; r < end; ++r)
       add_bias_times_derivative_row(d, bias, y, act, r);
-  };
-  run_chunks(count, d.size() >= kParallelMinElements, rows);
+  });
 }
 
 // d ⊙ act'(z), from y = act(z): the backward and tangent step of an activation.

@@ -162,11 +162,8 @@ Eigen::VectorXd MultiBernoulliNegativeLogProbLoss::values_on(const Matrix &targe
   // ranges of rows run on the kernels' thread pool; each row sums in column order.
   Eigen::VectorXd out(inputs_.rows());
   const Eigen::Index cols = inputs_.cols();
-  const Eigen::Index per =
-      std::max<Eigen::Index>(1, detail::kChunkElements / std::max<Eigen::Index>(1, cols));
-  const int count = static_cast<int>((inputs_.rows() + per - 1) / per);
-  auto rows = [&](int i) {
-    for (Eigen::Index r = i * per; r < std::min(inputs_.rows(), (i + 1) * per); ++r) {
+  detail::for_row_ranges(inputs_.rows(), cols, [&](Eigen::Index first, Eigen::Index end) {
+    for (Eigen::Index r = first; r < end; ++r) {
       const float *z = inputs_.row(r).data(), *t = targets.row(r).data();
       double sum = 0.0;
       for (Eigen::Index k = 0; k < cols; ++k) {
@@ -175,8 +172,7 @@ Eigen::VectorXd MultiBernoulliNegativeLogProbLoss::values_on(const Matrix &targe
       }
       out[r] = weight_ * sum;
     }
-  };
-  detail::run_chunks(count, inputs_.size() >= detail::kParallelMinElements, rows);
+  });
   return out;
 }
 

@@ -50,8 +50,7 @@ inline Eigen::Index total_elements(const Params &shape) {
 
 // Calls body(chunk_index) for every index in [0, count), in parallel when `parallel`. The body
 // must not throw (arithmetic only): a worker thread has nowhere to send an exception.
-template <class Body>
-void run_chunks(int count, bool parallel, Body &body) {
+template <class Body> void run_chunks(int count, bool parallel, Body &body) {
   if (!parallel || count <= 1) {
     for (int i = 0; i < count; ++i)
       body(i);
@@ -62,6 +61,16 @@ void run_chunks(int count, bool parallel, Body &body) {
     return 0;
   };
   halide_do_par_for(nullptr, task, 0, count, reinterpret_cast<uint8_t *>(&body));
+}
+
+// Calls body(first, end) over consecutive ranges of `rows` independent rows of `cols` values
+// each, about kChunkElements values per range, in parallel when there are enough in all.
+template <class Body> void for_row_ranges(Eigen::Index rows, Eigen::Index cols, Body body) {
+  const Eigen::Index per =
+      std::max<Eigen::Index>(1, kChunkElements / std::max<Eigen::Index>(1, cols));
+  const int count = static_cast<int>((rows + per - 1) / per);
+  auto one = [&](int i) { body(i * per, std::min(rows, (i + 1) * per)); };
+  run_chunks(count, rows * cols >= kParallelMinElements, one);
 }
 
 // Runs body(chunk, sums) over the chunks of `shape`; body adds its chunk's contributions into
@@ -81,8 +90,7 @@ std::vector<double> reduce_chunks(const Params &shape, int num_sums, Body body) 
 }
 
 // Runs body(chunk) over the chunks of `shape` (element-wise passes that write).
-template <class Body>
-void for_chunks(const Params &shape, Body body) {
+template <class Body> void for_chunks(const Params &shape, Body body) {
   const std::vector<Chunk> chunks = chunks_of(shape);
   auto one = [&](int i) { body(chunks[i]); };
   run_chunks(static_cast<int>(chunks.size()), total_elements(shape) >= kParallelMinElements, one);

@@ -46,32 +46,23 @@ void for_each_window_pixel(Eigen::Index first, Eigen::Index end, const kernels::
   }
 }
 
-// Calls body(first, end) over consecutive ranges of the examples, on the Halide runtime's thread
-// pool when there is enough to do: examples are independent, and these copies ran on one core
-// while the GEMMs around them used both (im2col alone took 7.7% of the profile samples of a
-// K-FAC run of the Fashion-MNIST CNN, apps/classifier).
-template <typename Body>
-void for_example_ranges(Eigen::Index examples, Eigen::Index floats_per_example, Body body) {
-  const Eigen::Index per = std::max<Eigen::Index>(
-      1, detail::kChunkElements / std::max<Eigen::Index>(1, floats_per_example));
-  const int count = static_cast<int>((examples + per - 1) / per);
-  auto one = [&](int i) { body(i * per, std::min(examples, (i + 1) * per)); };
-  detail::run_chunks(count, examples * floats_per_example >= detail::kParallelMinElements, one);
-}
-
 } // namespace
 
 Matrix im2col(const Matrix &images, const kernels::PatchGeometry &g) {
   expect_images(images, g, "im2col");
   const Eigen::Index T = g.locations();
   Matrix p(images.rows() * T, g.patch_size());
-  for_example_ranges(images.rows(), T * g.patch_size(), [&](Eigen::Index first, Eigen::Index end) {
-    p.middleRows(first * T, (end - first) * T).setZero(); // the padding stays zero
-    for_each_window_pixel(first, end, g, [&](Eigen::Index r, int pc, Eigen::Index e, int ic) {
-      const float *src = images.row(e).data() + ic;
-      std::copy(src, src + g.channels, p.row(r).data() + pc);
-    });
-  });
+  // Examples are independent, so ranges of them run on the kernels' pool: serial, these copies
+  // ran on one core while the GEMMs around them used both (im2col alone took 7.7% of the profile
+  // samples of a K-FAC run of the Fashion-MNIST CNN, apps/classifier).
+  detail::for_row_ranges(
+      images.rows(), T * g.patch_size(), [&](Eigen::Index first, Eigen::Index end) {
+        p.middleRows(first * T, (end - first) * T).setZero(); // the padding stays zero
+        for_each_window_pixel(first, end, g, [&](Eigen::Index r, int pc, Eigen::Index e, int ic) {
+          const float *src = images.row(e).data() + ic;
+          std::copy(src, src + g.channels, p.row(r).data() + pc);
+        });
+      });
   return p;
 }
 
@@ -85,7 +76,7 @@ Matrix col2im(const Matrix &patches, const kernels::PatchGeometry &g) {
   }
   Matrix x(patches.rows() / T, g.image_size());
   // Each image gathers only from its own windows, so ranges of examples are independent.
-  for_example_ranges(x.rows(), T * g.patch_size(), [&](Eigen::Index first, Eigen::Index end) {
+  detail::for_row_ranges(x.rows(), T * g.patch_size(), [&](Eigen::Index first, Eigen::Index end) {
     x.middleRows(first, end - first).setZero();
     for_each_window_pixel(first, end, g, [&](Eigen::Index r, int pc, Eigen::Index e, int ic) {
       const float *src = patches.row(r).data() + pc;
