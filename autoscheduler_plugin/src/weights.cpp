@@ -80,37 +80,6 @@ std::vector<int> buffer_shape(const Buffer<float> &b) {
   return shape;
 }
 
-// Sequential reader over a byte prefix of a file whose full size is `total`.
-class Reader {
-public:
-  Reader(const uint8_t *data, size_t available, size_t total, const std::string &name)
-      : data_(data), available_(available), total_(total), name_(name) {}
-
-  const uint8_t *take(size_t n, const std::string &field) {
-    if (total_ - pos_ < n) {
-      throw Error(name_ + ": truncated: " + field + " needs " + std::to_string(n) +
-                  " bytes at offset " + std::to_string(pos_) + ", but the file has " +
-                  std::to_string(total_) + " bytes");
-    }
-    // Only reachable for files larger than the read cap, which no valid header leads this far.
-    if (available_ - pos_ < n) {
-      throw Error(name_ + ": file of " + std::to_string(total_) + " bytes is larger than any " +
-                  "weights file");
-    }
-    const uint8_t *p = data_ + pos_;
-    pos_ += n;
-    return p;
-  }
-  uint32_t u32(const std::string &field) { return load_le32(take(4, field)); }
-  size_t position() const { return pos_; }
-  size_t total() const { return total_; }
-
-private:
-  const uint8_t *data_;
-  size_t available_, total_, pos_ = 0;
-  const std::string &name_;
-};
-
 void check_version(const std::string &name, const char *field, uint32_t expected, uint32_t found,
                    const WeightsLoadOptions &options) {
   if (options.allow_version_mismatch || expected == found)
@@ -148,7 +117,7 @@ int checked_expected_s(const WeightsLoadOptions &options) {
 Weights parse_prefix(const uint8_t *data, size_t available, size_t total, const std::string &name,
                      const WeightsLoadOptions &options) {
   int s = checked_expected_s(options);
-  Reader r(data, available, total, name);
+  detail::FieldReader r(name, data, available, total);
   const uint32_t signature = r.u32("signature");
   if (signature != kWeightsSignature) {
     std::ostringstream msg;

@@ -49,26 +49,13 @@ template <typename Rng> std::string rng_text(const Rng &rng) {
   return os.str();
 }
 
-// Sequential reads with the offset and the field in every error.
-class Reader {
+// The checkpoint's fields over the shared field-naming reader: flags, strings and named
+// matrices, each checked as it is read.
+class Reader : public detail::FieldReader {
 public:
-  Reader(const std::string &path, const std::vector<uint8_t> &bytes) : path_(path), b_(bytes) {}
+  Reader(const std::string &path, const std::vector<uint8_t> &bytes)
+      : FieldReader("checkpoint '" + path + "'", bytes) {}
 
-  [[noreturn]] void fail(const std::string &what) const {
-    throw Error("checkpoint '" + path_ + "': " + what + " (at byte " + std::to_string(at_) + ")");
-  }
-  const uint8_t *take(size_t n, const std::string &field) {
-    if (b_.size() - at_ < n) {
-      fail("truncated: " + field + " needs " + std::to_string(n) + " bytes, " +
-           std::to_string(b_.size() - at_) + " left");
-    }
-    const uint8_t *p = b_.data() + at_;
-    at_ += n;
-    return p;
-  }
-  uint32_t u32(const std::string &field) { return detail::load_le32(take(4, field)); }
-  uint64_t u64(const std::string &field) { return detail::load_le64(take(8, field)); }
-  double f64(const std::string &field) { return detail::load_le_double(take(8, field)); }
   bool flag(const std::string &field) {
     const uint8_t v = *take(1, field);
     if (v > 1)
@@ -108,14 +95,9 @@ public:
     return m;
   }
   void expect_end() const {
-    if (at_ != b_.size())
-      fail(std::to_string(b_.size() - at_) + " unexpected bytes after the last block");
+    if (remaining() != 0)
+      fail(std::to_string(remaining()) + " unexpected bytes after the last block");
   }
-
-private:
-  const std::string &path_;
-  const std::vector<uint8_t> &b_;
-  size_t at_ = 0;
 };
 
 template <typename Rng> Rng parse_rng(Reader &r, const std::string &field) {

@@ -1,5 +1,5 @@
-// Little-endian byte helpers and whole-file reads/atomic writes, shared by the cost-model files
-// and the K-FAC checkpoints.
+// Little-endian byte helpers, a field-naming sequential reader, and whole-file reads/atomic
+// writes, shared by the cost-model files and the K-FAC checkpoints.
 #pragma once
 
 #include <algorithm>
@@ -9,6 +9,7 @@
 #include <cstdio>
 #include <cstring>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include <fcntl.h>
@@ -70,6 +71,47 @@ inline void append_le_float(std::vector<uint8_t> &out, float f) {
   out.resize(out.size() + 4);
   store_le_float(out.data() + out.size() - 4, f);
 }
+
+// Sequential little-endian reads over the first `available` bytes of a file of `total` bytes
+// (a capped read keeps `available` below `total` for oversized files). Every error starts with
+// `name` and says which field was being read, where, and what the file holds.
+class FieldReader {
+public:
+  FieldReader(std::string name, const uint8_t *data, size_t available, size_t total)
+      : name_(std::move(name)), data_(data), available_(available), total_(total) {}
+  FieldReader(std::string name, const std::vector<uint8_t> &bytes)
+      : FieldReader(std::move(name), bytes.data(), bytes.size(), bytes.size()) {}
+
+  [[noreturn]] void fail(const std::string &what) const {
+    throw Error(name_ + ": " + what + " (at byte " + std::to_string(pos_) + ")");
+  }
+  const uint8_t *take(size_t n, const std::string &field) {
+    if (total_ - pos_ < n) {
+      fail("truncated: " + field + " needs " + std::to_string(n) + " bytes, but the file has " +
+           std::to_string(total_) + " bytes");
+    }
+    // Only reachable for a file larger than the caller's read cap.
+    if (available_ - pos_ < n) {
+      fail(field + ": the file of " + std::to_string(total_) + " bytes is larger than any " +
+           "valid one (" + std::to_string(available_) + " bytes read)");
+    }
+    const uint8_t *p = data_ + pos_;
+    pos_ += n;
+    return p;
+  }
+  uint32_t u32(const std::string &field) { return load_le32(take(4, field)); }
+  uint64_t u64(const std::string &field) { return load_le64(take(8, field)); }
+  double f64(const std::string &field) { return load_le_double(take(8, field)); }
+  // Bytes left after the current position, by the file's full size.
+  size_t remaining() const { return total_ - pos_; }
+  size_t position() const { return pos_; }
+  size_t total() const { return total_; }
+
+private:
+  std::string name_;
+  const uint8_t *data_;
+  size_t available_, total_, pos_ = 0;
+};
 
 inline std::string errno_text() { return std::strerror(errno); }
 
