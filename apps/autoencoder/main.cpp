@@ -260,8 +260,8 @@ int run() {
       curve.push_back({s, elapsed(), st.loss});
       if (s % log_every == 0 || s + 1 == first + steps) {
         char rho[16] = "     -"; // computed only where adaptive damping needs it
-        if (!std::isnan(st.rho))
-          std::snprintf(rho, sizeof rho, "%+.3f", st.rho);
+        if (st.rho)
+          std::snprintf(rho, sizeof rho, "%+.3f", *st.rho);
         std::printf(
             "step %4d  loss %.5f  rho %s  damping %.2e  lr %.2e  mom %.2f  |update| %.3e  %6.2fs "
             "(fwd/bwd %.3f, curv %.3f, inv %.3f, precond %.3f, update %.3f)%s\n",

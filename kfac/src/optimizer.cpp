@@ -273,6 +273,7 @@ StepStats Optimizer::step(Params &params, const std::function<Batch()> &next_bat
       damping_boost_ *= options_.rejected_step_damping_factor;
     }
     st.rejected = true;
+    st.rho = 0.0;
     st.rejected_steps = rejected_steps_;
     st.inverse_failures = inverse_failures_;
     st.learning_rate = r.learning_rate;
@@ -431,7 +432,6 @@ StepStats Optimizer::step(Params &params, const std::function<Batch()> &next_bat
     return reject_update();
   const bool adapt_damping =
       options_.use_adaptive_damping && (step_ + 1) % options_.damping_adaptation_interval == 0;
-  st.rho = std::numeric_limits<double>::quiet_NaN();
   if (adapt_damping || options_.always_compute_rho) {
     // rho on this batch: actual change over the quadratic model's predicted change.
     Matrix jd;
@@ -463,9 +463,9 @@ StepStats Optimizer::step(Params &params, const std::function<Batch()> &next_bat
     const double decay = options_.damping_adaptation_decay
                              ? *options_.damping_adaptation_decay
                              : std::pow(0.95, options_.damping_adaptation_interval);
-    if (st.rho < 0.25) {
+    if (*st.rho < 0.25) {
       damping_ /= decay;
-    } else if (st.rho > 0.75) {
+    } else if (*st.rho > 0.75) {
       damping_ *= decay;
     }
     damping_ = std::min(std::max(damping_, options_.min_damping), options_.max_damping);

@@ -131,9 +131,10 @@ struct StepStats {
   double momentum = 0.0;
   double damping = 0.0;
   // Reduction ratio (L(θ+Δ) - L(θ)) / (q(Δ) - q(0)) on this step's batch, q the quadratic model
-  // with the exact curvature (+ l2_reg). NaN where not computed (see always_compute_rho); 0 for a
+  // with the exact curvature (+ l2_reg). Absent on the steps that do not compute it (see
+  // always_compute_rho) rather than a NaN stand-in, so it cannot be mistaken for a value; 0 for a
   // rejected step.
-  double rho = 0.0;
+  std::optional<double> rho;
   std::map<std::string, double> aux;
   double grad_norm = 0.0;
   double update_norm = 0.0;
