@@ -48,6 +48,8 @@ ABSL_FLAG(double, kfac_rate, 0.3, "K-FAC: learning rate when not adaptive");
 ABSL_FLAG(double, kfac_damping, 0.1, "K-FAC: damping (initial damping when adaptive)");
 ABSL_FLAG(double, kfac_momentum, 0.5, "K-FAC: momentum when not adaptive");
 ABSL_FLAG(int, kfac_inverse_period, 5, "K-FAC: steps between factor inverses");
+ABSL_FLAG(int, kfac_curvature_period, 1,
+          "K-FAC: steps between curvature (factor) updates, kfac-jax's curvature_update_period");
 ABSL_FLAG(double, kfac_norm_constraint, 3e-4, "K-FAC: norm constraint (0: none)");
 ABSL_FLAG(bool, allow_version_mismatch, false,
           "Accept --initial_weights with other feature versions (e.g. Halide 14's)");
@@ -167,6 +169,7 @@ int main(int argc, char **argv) {
         o.kfac_damping = absl::GetFlag(FLAGS_kfac_damping);
         o.kfac_momentum = absl::GetFlag(FLAGS_kfac_momentum);
         o.kfac_inverse_period = absl::GetFlag(FLAGS_kfac_inverse_period);
+        o.kfac_curvature_period = absl::GetFlag(FLAGS_kfac_curvature_period);
         if (const double c = absl::GetFlag(FLAGS_kfac_norm_constraint); c > 0)
           o.kfac_norm_constraint = c;
         else

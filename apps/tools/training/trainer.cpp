@@ -126,6 +126,7 @@ kfac::OptimizerOptions kfac_options(const TrainOptions &o, int steps_per_epoch) 
   k.l2_reg = static_cast<float>(o.kfac_l2);
   k.num_burnin_steps = std::min(10, steps_per_epoch);
   k.inverse_update_period = o.kfac_inverse_period;
+  k.curvature_update_period = o.kfac_curvature_period;
   k.curvature_ema = 0.95;
   k.norm_constraint = o.kfac_norm_constraint;
   k.seed = o.seed;

@@ -34,6 +34,7 @@ struct TrainOptions {
   double kfac_damping = 0.1; // initial damping when adaptive
   double kfac_momentum = 0.5;
   int kfac_inverse_period = 5;
+  int kfac_curvature_period = 1;
   double kfac_l2 = 1e-5;
   std::optional<double> kfac_norm_constraint = 3e-4;
   Device device = default_device();
