@@ -160,6 +160,12 @@ Weights train(const TrainingData &data, const Weights &initial, const TrainOptio
     throw Error("--epochs must be >= 0, got " + std::to_string(o.epochs));
   if (o.batch_size < 2)
     throw Error("--batch_size must be >= 2, got " + std::to_string(o.batch_size));
+  if (o.kfac_inverse_period < 1)
+    throw Error("--kfac_inverse_period must be >= 1, got " + std::to_string(o.kfac_inverse_period));
+  if (o.kfac_curvature_period < 1) {
+    throw Error("--kfac_curvature_period must be >= 1, got " +
+                std::to_string(o.kfac_curvature_period));
+  }
   if (initial.schedule_features() != data.schedule_features) {
     throw Error("the initial weights have S = " + std::to_string(initial.schedule_features()) +
                 " schedule features, the samples " + std::to_string(data.schedule_features));
