@@ -326,6 +326,37 @@ TEST(CostModelTraining, KfacHalvesTheTrainingLossWithoutHurtingValidation) {
   EXPECT_GE(r.back().validation.accuracy, r.front().validation.accuracy - 0.02) << trajectory(r);
 }
 
+// kfac-jax's curvature_update_period: factors updated every third step still train (the
+// training loss at most 0.5x the start, as with every step), and a period below 1 is refused with
+// the flag's name.
+TEST(CostModelTraining, KfacCurvaturePeriodTrainsAndIsValidated) {
+  const TrainingData data = synthetic_data(24, 24, 11, Split{Split::Kind::hash, ""});
+  TrainOptions o;
+  o.optimizer = OptimizerKind::kfac;
+  o.epochs = 12;
+  o.num_cores = 2;
+  o.kfac_curvature_period = 3;
+  std::vector<EpochRecord> r;
+  train(data, random_weights(S, 77), o, [&](const EpochRecord &e) { r.push_back(e); });
+  ASSERT_EQ(r.size(), 13u);
+  EXPECT_LT(r.back().train.loss, 0.5 * r.front().train.loss) << trajectory(r);
+  // The option reaches the optimizer: the same run with every step's factors goes elsewhere.
+  TrainOptions every = o;
+  every.kfac_curvature_period = 1;
+  std::vector<EpochRecord> r1;
+  train(data, random_weights(S, 77), every, [&](const EpochRecord &e) { r1.push_back(e); });
+  ASSERT_EQ(r1.size(), 13u);
+  EXPECT_NE(r1.back().train.loss, r.back().train.loss);
+  o.kfac_curvature_period = 0;
+  try {
+    train(data, random_weights(S, 77), o, [](const EpochRecord &) {});
+    ADD_FAILURE() << "a curvature period of 0 was accepted";
+  } catch (const hkfac::Error &e) {
+    EXPECT_NE(std::string(e.what()).find("--kfac_curvature_period"), std::string::npos)
+        << e.what();
+  }
+}
+
 // Adam must learn the teacher's orderings: validation loss well below the start, accuracy up.
 TEST(CostModelTraining, AdamLearnsATeacherModelsOrdering) {
   const std::vector<EpochRecord> r = train_student(OptimizerKind::adam, 0.03);
