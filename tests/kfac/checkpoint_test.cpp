@@ -243,7 +243,6 @@ TEST(kfacCheckpoint, DamagedFilesAreRefusedAndChangeNothing) {
   bad[8] = 2; // version
   expect_refused(bad, "version: expected 1, found 2");
 
-  // Every byte of the header and the generators' states, then every 13th.
   // The generator's text (at the layout's fixed offset after the 16-letter estimation mode)
   // with a stray letter after its last number: the number would parse, the state would be wrong.
   bad = good;
@@ -253,6 +252,7 @@ TEST(kfacCheckpoint, DamagedFilesAreRefusedAndChangeNothing) {
   bad[rng_at + 4 + rng_len - 1] = 'x';
   expect_refused(bad, "rng: not a std::mt19937 state");
 
+  // Every byte of the header and the generators' states, then every 13th.
   int refused = 0;
   for (size_t i = 0; i < good.size(); i += (i < 200 ? 1 : 13)) {
     std::vector<uint8_t> flipped = good;
