@@ -1,8 +1,12 @@
-# Dense layer kernels: forward and backward, one library per activation (no runtime branch).
+# Dense layer kernels: forward and backward, one library per activation (no runtime branch); the
+# backward pass also as a CPU variant that copies X into rows for dW = Xᵀ dZ, for large batches
+# (kDenseBackwardPackedBatchFrom in runtime/src/dispatch.h).
 add_halide_generator(hkfac_gen_dense SOURCES dense.cpp)
 foreach (act IN ITEMS identity tanh relu sigmoid)
   hkfac_add_kernel(dense_forward_${act} FROM hkfac_gen_dense GENERATOR hkfac_dense_forward
                    PARAMS activation=${act})
   hkfac_add_kernel(dense_backward_${act} FROM hkfac_gen_dense GENERATOR hkfac_dense_backward
                    PARAMS activation=${act})
+  hkfac_add_kernel(dense_backward_${act}_packed CPU_ONLY FROM hkfac_gen_dense
+                   GENERATOR hkfac_dense_backward PARAMS activation=${act} pack_x=true)
 endforeach ()

@@ -99,6 +99,9 @@ private:
 class DenseBackward : public Generator<DenseBackward> {
 public:
   GeneratorParam<Act> activation{"activation", Act::identity, kActNames};
+  // Copies X into Xᵀ's rows before dW = Xᵀ dZ (CPU): worth its pass over X only for large
+  // batches, so the dispatch picks this variant by shape (kGemmPackedDepthFrom).
+  GeneratorParam<bool> pack_x{"pack_x", false};
 
   Input<Buffer<float>> dY{"dY", 2};
   Input<Buffer<float>> Y{"Y", 2};
@@ -142,6 +145,8 @@ public:
     Y.dim(0).set_bounds(0, d_out).dim(1).set_bounds(0, batch);
     schedule_elementwise(dZ, j, i, get_target());
     dz_wt.schedule(dX, j, i);
+    if (pack_x)
+      xt_dz.pack_a();
     xt_dz.schedule(dW, j, i);
     schedule_column_sum(r);
   }

@@ -1,4 +1,6 @@
-# General matrix multiply: one kernel library per (transpose_a, transpose_b) pair.
+# General matrix multiply: one kernel library per (transpose_a, transpose_b) pair, plus a CPU
+# variant of the transposed-A product that copies A into rows first, for deep products
+# (kGemmPackedDepthFrom in runtime/src/dispatch.h).
 add_halide_generator(hkfac_gen_gemm SOURCES gemm.cpp)
 foreach (ta IN ITEMS n t)
   foreach (tb IN ITEMS n t)
@@ -14,3 +16,5 @@ foreach (ta IN ITEMS n t)
                      PARAMS transpose_a=${ta_bool} transpose_b=${tb_bool})
   endforeach ()
 endforeach ()
+hkfac_add_kernel(gemm_tn_packed CPU_ONLY FROM hkfac_gen_gemm GENERATOR hkfac_gemm
+                 PARAMS transpose_a=true transpose_b=false pack_a=true)

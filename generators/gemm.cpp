@@ -11,6 +11,9 @@ class Gemm : public Generator<Gemm> {
 public:
   GeneratorParam<bool> transpose_a{"transpose_a", false};
   GeneratorParam<bool> transpose_b{"transpose_b", false};
+  // Copies a transposed A into rows before the product (CPU): worth its pass over A only for
+  // deep products, so the dispatch picks this variant by shape.
+  GeneratorParam<bool> pack_a{"pack_a", false};
 
   Input<Buffer<float>> A{"A", 2};
   Input<Buffer<float>> B{"B", 2};
@@ -36,6 +39,8 @@ public:
     B.set_estimates({{0, 1000}, {0, 1000}});
     C_in.set_estimates({{0, 1000}, {0, 1000}});
     C.set_estimates({{0, 1000}, {0, 1000}});
+    if (pack_a)
+      ab.pack_a();
     ab.schedule(C, j, i);
     // beta == 0 must not even read C_in: it may hold NaN or garbage. (After scheduling: a
     // specialization copies the schedule made so far.)

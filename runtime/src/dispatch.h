@@ -79,6 +79,16 @@ constexpr int kCovarianceTile = 32;
 // cores). With AVX2 the variant's tiles are 24 wide, 3-26% faster at d = 785 to 1001 and mixed
 // around 501.
 constexpr int kCovarianceWideFrom = 480;
+// A transposed-A product at least this deep, with at least kGemmPackedOutputsFrom outputs, takes
+// the CPU variant that copies A into rows first: side by side, 1.1-1.4x faster from depth 256
+// on the K-FAC shapes, and 10-30% slower on small ones (251 x 30 from 128), where the copy is a
+// large share of the work.
+constexpr int kGemmPackedDepthFrom = 256;
+constexpr long kGemmPackedOutputsFrom = 256L * 256;
+// The same copy for dense_backward's dW = Xᵀ dZ, from this batch on (and at least
+// kGemmPackedOutputsFrom weights): side by side the whole backward pass ran 4-14% faster at
+// batches 512 and 1000, but only -9 to +4% at 256, where dW is a smaller part of it.
+constexpr int kDenseBackwardPackedBatchFrom = 512;
 
 // Rows per call when a CPU covariance kernel's reduction is blocked (for_each_row_block): each
 // call packs its rows into column panels, and beyond a few thousand rows the panels no longer

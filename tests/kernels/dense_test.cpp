@@ -17,9 +17,11 @@ using testing::to_eigen_d;
 const Activation kActivations[] = {Activation::identity, Activation::tanh, Activation::relu,
                                    Activation::sigmoid};
 
-// (batch, d_in, d_out): each awkward extent in each role, plus an autoencoder layer.
+// (batch, d_in, d_out): each awkward extent in each role, plus an autoencoder layer, and a batch
+// large enough for the CPU's packed backward variant (kDenseBackwardPackedBatchFrom).
 const std::vector<std::tuple<int, int, int>> kShapes = {
-    {1, 1, 1}, {7, 129, 1}, {129, 1, 7}, {1, 7, 129}, {33, 1001, 7}, {7, 33, 1001}, {128, 250, 30}};
+    {1, 1, 1},     {7, 129, 1},   {129, 1, 7},    {1, 7, 129},
+    {33, 1001, 7}, {7, 33, 1001}, {128, 250, 30}, {513, 257, 259}};
 
 Eigen::MatrixXd activate(Activation act, const Eigen::MatrixXd &z) {
   switch (act) {
@@ -149,9 +151,12 @@ TEST_P(DenseKernels, BackwardMatchesFiniteDifferencesOfForward) {
 }
 
 // Users wrap Eigen storage (16-byte aligned) or sub-views; the kernels' vector tails must not
-// assume more alignment than a float's. Every buffer here starts 4 bytes past an aligned address.
-TEST(DenseKernelsCpu, AcceptsBuffersAlignedOnlyToAFloat) {
-  const int batch = 7, d_in = 33, d_out = 129;
+// assume more alignment than a float's. Every buffer here starts 4 bytes past an aligned address;
+// the second shape takes the packed backward variant.
+class DenseKernelsUnaligned : public ::testing::TestWithParam<std::tuple<int, int, int>> {};
+
+TEST_P(DenseKernelsUnaligned, AcceptsBuffersAlignedOnlyToAFloat) {
+  const auto [batch, d_in, d_out] = GetParam();
   std::vector<std::vector<float>> storage;
   auto unaligned = [&](int rows, int cols, unsigned seed) {
     storage.emplace_back(size_t(rows) * cols + 16);
@@ -172,8 +177,13 @@ TEST(DenseKernelsCpu, AcceptsBuffersAlignedOnlyToAFloat) {
   Eigen::MatrixXd dz =
       to_eigen_d(dY).cwiseProduct(derivative(Activation::sigmoid, pre_activation(X, W, b)));
   EXPECT_LT(rel_error(to_eigen_d(dX), dz * to_eigen_d(W).transpose()), 3e-5);
+  EXPECT_LT(rel_error(to_eigen_d(dW), to_eigen_d(X).transpose() * dz), 3e-5);
   EXPECT_LT(rel_error(to_eigen_d(db), dz.colwise().sum()), 3e-5);
 }
+
+INSTANTIATE_TEST_SUITE_P(Cpu, DenseKernelsUnaligned,
+                         ::testing::Values(std::make_tuple(7, 33, 129),
+                                           std::make_tuple(513, 257, 259)));
 
 TEST(DenseKernelsErrors, ShapeMismatchNamesTheArgument) {
   const int batch = 4, d_in = 3, d_out = 5;

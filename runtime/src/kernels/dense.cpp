@@ -3,9 +3,13 @@
 
 #include "dispatch.h"
 #include "hkfac_k_dense_backward_identity_cpu.h"
+#include "hkfac_k_dense_backward_identity_packed_cpu.h"
 #include "hkfac_k_dense_backward_relu_cpu.h"
+#include "hkfac_k_dense_backward_relu_packed_cpu.h"
 #include "hkfac_k_dense_backward_sigmoid_cpu.h"
+#include "hkfac_k_dense_backward_sigmoid_packed_cpu.h"
 #include "hkfac_k_dense_backward_tanh_cpu.h"
+#include "hkfac_k_dense_backward_tanh_packed_cpu.h"
 #include "hkfac_k_dense_forward_identity_cpu.h"
 #include "hkfac_k_dense_forward_relu_cpu.h"
 #include "hkfac_k_dense_forward_sigmoid_cpu.h"
@@ -51,6 +55,28 @@ void dense_forward(Buffer<float> &Y, const Buffer<float> &X, const Buffer<float>
   args.commit();
 }
 
+namespace {
+
+using BackwardKernel = int (*)(halide_buffer_t *, halide_buffer_t *, halide_buffer_t *,
+                               halide_buffer_t *, halide_buffer_t *, halide_buffer_t *,
+                               halide_buffer_t *, halide_buffer_t *);
+
+BackwardKernel packed_backward(Activation act) {
+  switch (act) {
+  case Activation::identity:
+    return hkfac_k_dense_backward_identity_packed_cpu;
+  case Activation::tanh:
+    return hkfac_k_dense_backward_tanh_packed_cpu;
+  case Activation::relu:
+    return hkfac_k_dense_backward_relu_packed_cpu;
+  case Activation::sigmoid:
+    break;
+  }
+  return hkfac_k_dense_backward_sigmoid_packed_cpu;
+}
+
+} // namespace
+
 void dense_backward(Buffer<float> &dZ, Buffer<float> &dX, Buffer<float> &dW, Buffer<float> &db,
                     const Buffer<float> &dY, const Buffer<float> &Y, const Buffer<float> &X,
                     const Buffer<float> &W, Activation act, Device dev) {
@@ -68,6 +94,13 @@ void dense_backward(Buffer<float> &dZ, Buffer<float> &dX, Buffer<float> &dW, Buf
   detail::AlignedArgs args(dev);
   halide_buffer_t *dy = args.in(dY), *y = args.in(Y), *x = args.in(X), *w = args.in(W),
                   *dz = args.out(dZ), *dx = args.out(dX), *dw = args.out(dW), *dbias = args.out(db);
+  if (dev == Device::cpu && batch >= detail::kDenseBackwardPackedBatchFrom &&
+      long(d_in) * d_out >= detail::kGemmPackedOutputsFrom) {
+    detail::check_halide_result(packed_backward(act)(dy, y, x, w, dz, dx, dw, dbias),
+                                "dense_backward_packed", dev);
+    args.commit();
+    return;
+  }
   switch (act) {
   case Activation::identity:
     HKFAC_RUN(dense_backward_identity, dev, dy, y, x, w, dz, dx, dw, dbias);

@@ -5,6 +5,7 @@
 #include "hkfac_k_gemm_nn_cpu.h"
 #include "hkfac_k_gemm_nt_cpu.h"
 #include "hkfac_k_gemm_tn_cpu.h"
+#include "hkfac_k_gemm_tn_packed_cpu.h"
 #include "hkfac_k_gemm_tt_cpu.h"
 #if HKFAC_HAVE_CUDA
 #include "hkfac_k_gemm_nn_cuda.h"
@@ -34,6 +35,10 @@ void gemm(Buffer<float> &C, const Buffer<float> &A, Transpose ta, const Buffer<f
     HKFAC_RUN(gemm_nn, dev, a, b, c, alpha, beta, c);
   } else if (!at && bt) {
     HKFAC_RUN(gemm_nt, dev, a, b, c, alpha, beta, c);
+  } else if (at && !bt && dev == Device::cpu && depth >= detail::kGemmPackedDepthFrom &&
+             long(m) * n >= detail::kGemmPackedOutputsFrom) {
+    detail::check_halide_result(hkfac_k_gemm_tn_packed_cpu(a, b, c, alpha, beta, c),
+                                "gemm_tn_packed", dev);
   } else if (at && !bt) {
     HKFAC_RUN(gemm_tn, dev, a, b, c, alpha, beta, c);
   } else {
