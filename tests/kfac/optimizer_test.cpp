@@ -1,5 +1,6 @@
 // Optimizer semantics: burn-in, moving averages, update periods, schedules, norm constraint,
 // rejection of non-finite steps, adaptive damping / learning rate, and K-FAC against SGD.
+#include <HalideRuntime.h>
 #include <gtest/gtest.h>
 
 #include "hkfac/error.h"
@@ -230,6 +231,47 @@ TEST(kfacOptimizer, ParametersThatFailOnThreeBatchesInARowAreAnError) {
               std::string::npos)
         << e.what();
   }
+}
+
+// Debug mode runs the kernels on one thread while the optimizer works, and only then: Halide's
+// thread count is process-wide, so the caller's comes back after every call, a throwing one too.
+TEST(kfacOptimizer, DebugModeIsSerialOnlyDuringItsCalls) {
+  Regression r;
+  OptimizerOptions o = basic_options();
+  o.debug = true;
+  int threads_inside = -1;
+  ValueFunction value = [&](const Matrix &out, const Batch &batch, ValueContext &ctx) {
+    // Returns the count in force (and sets 1, which debug mode has set already).
+    threads_inside = halide_set_num_threads(1);
+    Regression::value(out, batch, ctx);
+  };
+  const int callers = 3;
+  const int original = halide_set_num_threads(callers);
+  Optimizer opt(r.model, value, o);
+  EXPECT_EQ(halide_set_num_threads(callers), callers) << "the constructor changed it";
+  opt.step(r.params, r.source(), values(0.1, 0.0, 1e-2));
+  EXPECT_EQ(threads_inside, 1);
+  EXPECT_EQ(halide_set_num_threads(callers), callers) << "step() did not restore it";
+  threads_inside = -1;
+  opt.evaluate(r.params, r.next());
+  EXPECT_EQ(threads_inside, 1);
+  EXPECT_EQ(halide_set_num_threads(callers), callers) << "evaluate() did not restore it";
+  Params broken = r.params;
+  broken[0](0, 0) = std::numeric_limits<float>::quiet_NaN();
+  try {
+    opt.step(broken, r.source(), values(0.1, 0.0, 1e-2));
+    ADD_FAILURE() << "debug mode took a step from NaN parameters";
+  } catch (const Error &e) {
+    EXPECT_NE(std::string(e.what()).find("'params' contain NaN or Inf"), std::string::npos)
+        << e.what();
+  }
+  EXPECT_EQ(halide_set_num_threads(callers), callers) << "a throwing step() did not restore it";
+
+  // Without debug mode the same parameters are a rejected step, not an error.
+  Optimizer plain(r.model, Regression::value, basic_options());
+  plain.step(r.params, r.source(), values(0.1, 0.0, 1e-2));
+  EXPECT_TRUE(plain.step(broken, r.source(), values(0.1, 0.0, 1e-2)).rejected);
+  halide_set_num_threads(original);
 }
 
 // rho measures how well the quadratic model predicted the change: a small step on a smooth

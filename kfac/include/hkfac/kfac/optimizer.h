@@ -82,8 +82,9 @@ struct OptimizerOptions {
   // Applied to every batch pulled from the iterator, burn-in included.
   std::function<Batch(const Batch &)> batch_process_func;
   bool multi_device = false; // not supported by this build (throws)
-  // Deterministic and single-threaded kernels, plus extra checks (shapes every step, finite
-  // factors after every update).
+  // Deterministic and single-threaded kernels during the optimizer's calls (the caller's thread
+  // counts are restored after each), plus extra checks (shapes every step, finite factors after
+  // every update).
   bool debug = false;
 
   // kfac-jax additions.
