@@ -67,9 +67,9 @@ struct Problem {
   hkfac::kernels::CostModelWeights w;
 };
 
-hkfac::bench::Register reg([](bool) {
-  std::vector<hkfac::bench::Case> out;
-  const int batch = 1024, stages = 20;
+// A plugin's search calls the model on one state's few candidates at a time, thousands of times
+// a second, so per-call latency at small batches matters as much as throughput at 1,024.
+hkfac::bench::Case make_case(int batch, int stages) {
   hkfac::bench::Case c;
   c.group = "cost_model_predict";
   c.shape = "batch=" + std::to_string(batch) + " stages=" + std::to_string(stages) + " S=39";
@@ -133,7 +133,13 @@ hkfac::bench::Register reg([](bool) {
                                                  }},
                                                 {"eigen", eigen}};
   };
-  out.push_back(c);
+  return c;
+}
+
+hkfac::bench::Register reg([](bool quick) {
+  std::vector<hkfac::bench::Case> out;
+  for (int batch : quick ? std::vector<int>{1024} : std::vector<int>{1, 16, 128, 1024})
+    out.push_back(make_case(batch, 20));
   return out;
 });
 
