@@ -261,7 +261,14 @@ public:
           .store_in(MemoryType::GPUShared)
           .gpu_threads(panel.args()[0], panel.args()[1]);
     }
-    edge.compute_root().gpu_tile(i, c, io, jo, iin, ji, 64, 4, TailStrategy::GuardWithIf);
+    // At least one strip column: with X a whole number of tiles wide and no ones column the
+    // strip is empty, and an empty device buffer is an allocation error (OpenCL's
+    // CL_INVALID_BUFFER_SIZE under pocl at d = 32, 64, 256; see docs/RESULTS.md). The spare
+    // column reads X̄'s padding and is never stored.
+    const Expr strip_width = d - dx / tile_ * tile_;
+    edge.compute_root()
+        .bound(c, 0, max(strip_width, 1))
+        .gpu_tile(i, c, io, jo, iin, ji, 64, 4, TailStrategy::GuardWithIf);
     edge.update().gpu_tile(i, c, io, jo, iin, ji, 64, 4, TailStrategy::GuardWithIf);
     result.update(1).allow_race_conditions().gpu_tile(strip_cols.x, strip_cols.y, xo, yo, xi, yi, 4,
                                                       64, TailStrategy::GuardWithIf);

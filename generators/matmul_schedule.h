@@ -21,7 +21,8 @@
 //    cache line per k step; pack_a() copies it into rows once per call.
 //  * GPU: a tile is one thread block's output (64 x 32 on 16 x 8 threads, 4 x 4 outputs per
 //    thread, columns 16 apart for coalescing), with each 16-deep k-slice of both operands
-//    staged through shared memory. Untested on hardware here; see schedule_gpu.
+//    staged through shared memory. Never run on a GPU yet; scripts/opencl-check runs it as
+//    OpenCL on the CPU (semantics only), and schedule_gpu says what ptxas makes of it.
 #pragma once
 
 #include "Halide.h"
@@ -148,9 +149,12 @@ public:
         .unroll(ir);
 
     // Known limitation: Halide 14 gives every thread its own copy of this block-level
-    // Register allocation, indexed by thread id, so ptxas places it in local memory (an
-    // 8 KiB depot per thread) instead of registers. Correct, but slow; a thread-level tile
-    // needs index math that simplifies per thread (a tile Func with explicit thread dims).
+    // Register allocation, indexed by thread id, so ptxas places it in local memory (`ptxas -v`,
+    // sm_90: an 8,192-byte stack frame per thread) instead of registers. Correct, but slow. Tried
+    // and dropped: the threads as the tile's own dimensions (the block-level allocation still
+    // held every thread's share), and the tile computed inside the thread loops (bounds
+    // inference cannot narrow the index arithmetic to one thread, and Halide 14 refuses the
+    // shared staging there); docs/RESULTS.md, "The GPU schedules on OpenCL".
     tile_.compute_at(out, jt)
         .bound(jj_, 0, cols_)
         .bound(ii_, 0, rows_)
@@ -172,13 +176,15 @@ public:
         .unroll(ir);
 
     // Each k-slice of both panels is loaded once per block into shared memory by the block's
-    // own 16 x 8 threads.
+    // own 16 x 8 threads. Guarded splits: the last slice (or the only one, when depth < 8) is
+    // shorter than the threads, and the default ShiftInwards tail would start it before k = 0
+    // (depth 1 read a at k = -7; found on OpenCL under pocl, see docs/RESULTS.md).
     Var sx("sx"), so("so"), ky("ky"), ko_s("ko_s");
     a_rows_.in(tile_)
         .compute_at(tile_, ko)
         .store_in(MemoryType::GPUShared)
-        .split(ii_, so, sx, tx_n)
-        .split(kv_, ko_s, ky, ty_n)
+        .split(ii_, so, sx, tx_n, TailStrategy::GuardWithIf)
+        .split(kv_, ko_s, ky, ty_n, TailStrategy::GuardWithIf)
         .reorder(sx, ky, so, ko_s, it_)
         .gpu_threads(sx, ky)
         .unroll(so)
@@ -186,8 +192,8 @@ public:
     b_pack_.in(tile_)
         .compute_at(tile_, ko)
         .store_in(MemoryType::GPUShared)
-        .split(jj_, so, sx, tx_n)
-        .split(kv_, ko_s, ky, ty_n)
+        .split(jj_, so, sx, tx_n, TailStrategy::GuardWithIf)
+        .split(kv_, ko_s, ky, ty_n, TailStrategy::GuardWithIf)
         .reorder(sx, ky, so, ko_s, jt_)
         .gpu_threads(sx, ky)
         .unroll(so)

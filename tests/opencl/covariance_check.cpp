@@ -1,0 +1,57 @@
+// The covariance generator's GPU schedule on OpenCL (scripts/opencl-check): C <- 0.9 C + 0.1 X̄ᵀX̄
+// from a symmetric C, against a double-precision loop, and the result exactly symmetric. Usage:
+// covariance_check MIN_COLUMNS, linked with the generated `kernel` (the tiled variant serves X of
+// at least 32 columns, the untiled one narrower X).
+#include <cmath>
+#include <cstdlib>
+#include <string>
+
+#include "check_util.h"
+#include "kernel.h"
+
+using Halide::Runtime::Buffer;
+
+int main(int argc, char **argv) {
+  if (argc != 2)
+    return 2;
+  const int min_columns = std::atoi(argv[1]);
+  std::mt19937 rng(2);
+  bool all_ok = true;
+  for (int d : {1, 7, 31, 32, 33, 63, 64, 129, 256, 257}) {
+    if (d < min_columns)
+      continue;
+    for (int n : {1, 7, 128}) {
+      for (int homogeneous : {0, 1}) {
+        const int dc = d + homogeneous;
+        Buffer<float> X(d, n), C(dc, dc), C0(dc, dc);
+        hkfac::opencl_check::fill_random(X, rng);
+        hkfac::opencl_check::fill_random(C, rng);
+        for (int i = 0; i < dc; i++) {
+          for (int j = 0; j < i; j++)
+            C(i, j) = C(j, i);
+        }
+        C0.copy_from(C);
+        const int rc = kernel(C, X, 0.9f, 0.1f, C);
+        C.copy_to_host();
+        double err = 0;
+        bool symmetric = true;
+        for (int i = 0; i < dc; i++) {
+          for (int j = 0; j < dc; j++) {
+            double sum = 0;
+            for (int r = 0; r < n; r++)
+              sum += (i < d ? double(X(i, r)) : 1.0) * (j < d ? double(X(j, r)) : 1.0);
+            const double want = 0.9 * C0(i, j) + 0.1 * sum;
+            err = std::max(err, std::fabs(want - C(i, j)) / (1 + std::fabs(want)));
+            symmetric &= C(i, j) == C(j, i);
+          }
+        }
+        const std::string what = "covariance d=" + std::to_string(d) + " n=" + std::to_string(n) +
+                                 " homogeneous=" + std::to_string(homogeneous) +
+                                 (symmetric ? "" : " NOT SYMMETRIC");
+        all_ok &=
+            hkfac::opencl_check::verdict(rc == 0 && err < 1e-4 && symmetric, what.c_str(), rc, err);
+      }
+    }
+  }
+  return all_ok ? 0 : 1;
+}
