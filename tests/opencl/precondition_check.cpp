@@ -1,0 +1,48 @@
+// The Kronecker precondition generator's GPU schedule on OpenCL (scripts/opencl-check):
+// U = A_inv V G_inv on awkward shapes against a double-precision loop, linked with the generated
+// `kernel`.
+#include <cmath>
+#include <string>
+#include <vector>
+
+#include "check_util.h"
+#include "kernel.h"
+
+using Halide::Runtime::Buffer;
+
+int main() {
+  const int shapes[][2] = {{1, 1}, {1, 7}, {7, 1}, {31, 250}, {129, 33}, {257, 7}};
+  std::mt19937 rng(4);
+  bool all_ok = true;
+  for (const auto &s : shapes) {
+    const int d_a = s[0], d_g = s[1];
+    // Halide order: V and U are (dG, dA), columns first.
+    Buffer<float> A(d_a, d_a), V(d_g, d_a), G(d_g, d_g), U(d_g, d_a);
+    for (Buffer<float> *b : {&A, &V, &G})
+      hkfac::opencl_check::fill_random(*b, rng);
+    const int rc = kernel(A, V, G, U);
+    U.copy_to_host();
+    std::vector<double> t(size_t(d_a) * d_g); // T = A V, row-major (i, j)
+    for (int i = 0; i < d_a; i++) {
+      for (int j = 0; j < d_g; j++) {
+        double sum = 0;
+        for (int q = 0; q < d_a; q++)
+          sum += double(A(q, i)) * V(j, q);
+        t[size_t(i) * d_g + j] = sum;
+      }
+    }
+    double err = 0;
+    for (int i = 0; i < d_a; i++) {
+      for (int j = 0; j < d_g; j++) {
+        double sum = 0;
+        for (int q = 0; q < d_g; q++)
+          sum += t[size_t(i) * d_g + q] * G(j, q);
+        err = std::max(err, std::fabs(sum - U(j, i)) / (1 + std::fabs(sum)));
+      }
+    }
+    const std::string what =
+        "precondition dA=" + std::to_string(d_a) + " dG=" + std::to_string(d_g);
+    all_ok &= hkfac::opencl_check::verdict(rc == 0 && err < 1e-4, what.c_str(), rc, err);
+  }
+  return all_ok ? 0 : 1;
+}
