@@ -80,14 +80,14 @@ constexpr int kCovarianceTile = 32;
 // around 501.
 constexpr int kCovarianceWideFrom = 480;
 // A transposed-A product at least this deep, with at least kGemmPackedOutputsFrom outputs, takes
-// the CPU variant that copies A into rows first: side by side, 1.1-1.4x faster from depth 256
-// on the K-FAC shapes, and 10-30% slower on small ones (251 x 30 from 128), where the copy is a
-// large share of the work.
+// the CPU variant that copies A into rows first: side by side 1.01-1.07x as fast at depth 256
+// and 1.2-1.3x at depth 1000, and 23-26% slower on small products (251 x 30, depth 128 or 256),
+// where the copy is a large share of the work.
 constexpr int kGemmPackedDepthFrom = 256;
 constexpr long kGemmPackedOutputsFrom = 256L * 256;
 // The same copy for dense_backward's dW = Xᵀ dZ, from this batch on (and at least
-// kGemmPackedOutputsFrom weights): side by side the whole backward pass ran 4-14% faster at
-// batches 512 and 1000, but only -9 to +4% at 256, where dW is a smaller part of it.
+// kGemmPackedOutputsFrom weights): side by side the whole backward pass ran 1.04-1.14x as fast
+// at batches 512 and 1000, but 0.89-1.04x at 256, where dW is a smaller part of it.
 constexpr int kDenseBackwardPackedBatchFrom = 512;
 
 // Rows per call when a CPU covariance kernel's reduction is blocked (for_each_row_block): each
