@@ -19,10 +19,10 @@
 //    itself) and reused by every tile of the task's row block. An untransposed a needs no
 //    packing: its rows are sequential streams. A transposed one is columns in memory, a new
 //    cache line per k step; pack_a() copies it into rows once per call.
-//  * GPU: a tile is one thread block's output (64 x 32 on 16 x 8 threads, 4 x 4 outputs per
-//    thread, columns 16 apart for coalescing), with each 16-deep k-slice of both operands
-//    staged through shared memory. Never run on a GPU yet; scripts/opencl-check runs it as
-//    OpenCL on the CPU (semantics only), and schedule_gpu says what ptxas makes of it.
+//  * GPU: a thread block computes 64 x 32 outputs on 16 x 8 threads, each thread a contiguous
+//    4 x 4 box in registers, reading both operands from global memory (through L1) as k runs.
+//    Never run on a GPU yet; scripts/opencl-check runs it as OpenCL on the CPU (semantics
+//    only), and schedule_gpu says what ptxas makes of it.
 #pragma once
 
 #include "Halide.h"
@@ -52,12 +52,21 @@ public:
     a_copy_(kv_, ii_) = a(kv_, ii_);
     a_rows_(ii_, kv_, it_) = a_copy_(kv_, min(row, m - 1));
     b_pack_(jj_, kv_, jt_) = select(col < n, b(min(col, n - 1), kv_), 0.0f);
-    tile_(jj_, ii_, jt_, it_) = 0.0f;
-    tile_(jj_, ii_, jt_, it_) += a_rows_(ii_, k, it_) * b_pack_(jj_, k, jt_);
+    if (gpu_) {
+      // The GPU's product is plain (column, row): each thread computes a 4 x 4 box of it in
+      // registers, and rows and columns past the edge are clamped reads nobody stores.
+      tile_(jj_, ii_) = 0.0f;
+      tile_(jj_, ii_) += a(k, min(ii_, m - 1)) * b(min(jj_, n - 1), k);
+    } else {
+      tile_(jj_, ii_, jt_, it_) = 0.0f;
+      tile_(jj_, ii_, jt_, it_) += a_rows_(ii_, k, it_) * b_pack_(jj_, k, jt_);
+    }
   }
 
   // The product at output coordinate (j, i); the consumer must cover [0, n) x [0, m) from 0.
   Halide::Expr operator()(const Halide::Expr &j, const Halide::Expr &i) const {
+    if (gpu_)
+      return tile_(j, i);
     return tile_(j % cols_, i % rows_, j / cols_, i / rows_);
   }
 
@@ -134,70 +143,29 @@ public:
   void schedule_gpu(Halide::Func out, const Halide::Var &j, const Halide::Var &i) {
     using namespace Halide;
     bind(out, j, i);
-    // A 64 x 32 block tile on 16 x 8 threads: each thread owns a 4 x 4 register block whose
-    // columns are 16 apart so a warp's loads and stores are coalesced.
-    const int tx_n = 16, ty_n = 8, k_slice = 16;
+    // A 64 x 32 block on 16 x 8 threads; each thread owns a contiguous 4 x 4 box of outputs,
+    // accumulated in registers while k runs (`ptxas -v`, sm_90: no stack, 56 registers for
+    // gemm). A warp's 16 columns of threads read 64 adjacent floats of b per k.
+    // The previous schedule staged 16-deep k-slices of both operands in shared memory, but its
+    // tile was a block-level allocation that Halide 14 copied into every thread, 8 KiB of local
+    // memory per thread; Halide 14 does not allow that staging inside the thread loops, where
+    // the register box has to be computed (docs/RESULTS.md, "The GPU schedules on OpenCL").
     Var jt("jt"), it("it"), jj("jj"), ii("ii"), jr("jr"), ir("ir"), tx("tx"), ty("ty");
-    out.split(i, it, ii, rows_, TailStrategy::GuardWithIf)
-        .split(j, jt, jj, cols_, TailStrategy::GuardWithIf)
-        .split(jj, jr, tx, tx_n)
-        .split(ii, ir, ty, ty_n)
+    const int box = 4;
+    out.tile(j, i, jt, it, jj, ii, cols_, rows_, TailStrategy::GuardWithIf)
+        .tile(jj, ii, tx, ty, jr, ir, box, box, TailStrategy::GuardWithIf)
         .reorder(jr, ir, tx, ty, jt, it)
         .gpu_blocks(jt, it)
         .gpu_threads(tx, ty)
         .unroll(jr)
         .unroll(ir);
-
-    // Known limitation: Halide 14 gives every thread its own copy of this block-level
-    // Register allocation, indexed by thread id, so ptxas places it in local memory (`ptxas -v`,
-    // sm_90: an 8,192-byte stack frame per thread) instead of registers. Correct, but slow. Tried
-    // and dropped: the threads as the tile's own dimensions (the block-level allocation still
-    // held every thread's share), and the tile computed inside the thread loops (bounds
-    // inference cannot narrow the index arithmetic to one thread, and Halide 14 refuses the
-    // shared staging there); docs/RESULTS.md, "The GPU schedules on OpenCL".
-    tile_.compute_at(out, jt)
-        .bound(jj_, 0, cols_)
-        .bound(ii_, 0, rows_)
+    tile_.compute_at(out, tx)
         .store_in(MemoryType::Register)
-        .split(jj_, jr, tx, tx_n)
-        .split(ii_, ir, ty, ty_n)
-        .reorder(jr, ir, tx, ty, jt_, it_)
-        .gpu_threads(tx, ty)
-        .unroll(jr)
-        .unroll(ir);
-    RVar ko("ko"), ki("ki");
-    tile_.update()
-        .split(k_, ko, ki, k_slice)
-        .split(jj_, jr, tx, tx_n)
-        .split(ii_, ir, ty, ty_n)
-        .reorder(jr, ir, ki, tx, ty, jt_, it_, ko)
-        .gpu_threads(tx, ty)
-        .unroll(jr)
-        .unroll(ir);
-
-    // Each k-slice of both panels is loaded once per block into shared memory by the block's
-    // own 16 x 8 threads. Guarded splits: the last slice (or the only one, when depth < 8) is
-    // shorter than the threads, and the default ShiftInwards tail would start it before k = 0
-    // (depth 1 read a at k = -7; found on OpenCL under pocl, see docs/RESULTS.md).
-    Var sx("sx"), so("so"), ky("ky"), ko_s("ko_s");
-    a_rows_.in(tile_)
-        .compute_at(tile_, ko)
-        .store_in(MemoryType::GPUShared)
-        .split(ii_, so, sx, tx_n, TailStrategy::GuardWithIf)
-        .split(kv_, ko_s, ky, ty_n, TailStrategy::GuardWithIf)
-        .reorder(sx, ky, so, ko_s, it_)
-        .gpu_threads(sx, ky)
-        .unroll(so)
-        .unroll(ko_s);
-    b_pack_.in(tile_)
-        .compute_at(tile_, ko)
-        .store_in(MemoryType::GPUShared)
-        .split(jj_, so, sx, tx_n, TailStrategy::GuardWithIf)
-        .split(kv_, ko_s, ky, ty_n, TailStrategy::GuardWithIf)
-        .reorder(sx, ky, so, ko_s, jt_)
-        .gpu_threads(sx, ky)
-        .unroll(so)
-        .unroll(ko_s);
+        .bound_extent(jj_, box)
+        .bound_extent(ii_, box)
+        .unroll(jj_)
+        .unroll(ii_);
+    tile_.update().reorder(jj_, ii_, k_).unroll(jj_).unroll(ii_);
   }
 
   // CPU: copy a into rows before the product (call before schedule()). For a transposed a in
