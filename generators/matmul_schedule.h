@@ -144,8 +144,8 @@ public:
     using namespace Halide;
     bind(out, j, i);
     // A 64 x 32 block on 16 x 8 threads; each thread owns a contiguous 4 x 4 box of outputs,
-    // accumulated in registers while k runs (`ptxas -v`, sm_90: no stack, 56 registers for
-    // gemm). A warp's 16 columns of threads read 64 adjacent floats of b per k.
+    // accumulated in registers while k runs (`ptxas -v`, sm_90: no stack, 48-64 registers for
+    // the four gemms). A warp's 16 columns of threads read 64 adjacent floats of b per k.
     // The previous schedule staged 16-deep k-slices of both operands in shared memory, but its
     // tile was a block-level allocation that Halide 14 copied into every thread, 8 KiB of local
     // memory per thread; Halide 14 does not allow that staging inside the thread loops, where
