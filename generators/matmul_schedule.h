@@ -48,16 +48,16 @@ public:
     using namespace Halide;
     RDom k(0, depth, name + "_k");
     k_ = k.x;
-    Expr row = it_ * rows_ + ii_, col = jt_ * cols_ + jj_;
-    a_copy_(kv_, ii_) = a(kv_, ii_);
-    a_rows_(ii_, kv_, it_) = a_copy_(kv_, min(row, m - 1));
-    b_pack_(jj_, kv_, jt_) = select(col < n, b(min(col, n - 1), kv_), 0.0f);
     if (gpu_) {
       // The GPU's product is plain (column, row): each thread computes a 4 x 4 box of it in
       // registers, and rows and columns past the edge are clamped reads nobody stores.
       tile_(jj_, ii_) = 0.0f;
       tile_(jj_, ii_) += a(k, min(ii_, m - 1)) * b(min(jj_, n - 1), k);
     } else {
+      Expr row = it_ * rows_ + ii_, col = jt_ * cols_ + jj_;
+      a_copy_(kv_, ii_) = a(kv_, ii_);
+      a_rows_(ii_, kv_, it_) = a_copy_(kv_, min(row, m - 1));
+      b_pack_(jj_, kv_, jt_) = select(col < n, b(min(col, n - 1), kv_), 0.0f);
       tile_(jj_, ii_, jt_, it_) = 0.0f;
       tile_(jj_, ii_, jt_, it_) += a_rows_(ii_, k, it_) * b_pack_(jj_, k, jt_);
     }

@@ -3,8 +3,11 @@
 
 #include <HalideBuffer.h>
 
+#include <algorithm>
+#include <cmath>
 #include <cstdio>
 #include <random>
+#include <vector>
 
 // Halide's default error handler aborts; this one prints, and the kernel returns its error code, so
 // a failing case is reported and the next one runs. (The runtime's handler is a weak symbol; one
@@ -18,6 +21,46 @@ inline void fill_random(Halide::Runtime::Buffer<float> &b, std::mt19937 &rng) {
   std::uniform_real_distribution<float> u(-0.5f, 0.5f);
   b.for_each_value([&](float &v) { v = u(rng); });
   b.set_host_dirty();
+}
+
+// (batch, d_in, d_out) of the dense kernel tests (tests/kernels/dense_test.cpp), plus a batch for
+// the CPU's packed backward variant.
+constexpr int kDenseShapes[][3] = {{1, 1, 1},     {7, 129, 1},   {129, 1, 7},    {1, 7, 129},
+                                   {33, 1001, 7}, {7, 33, 1001}, {128, 250, 30}, {513, 257, 259}};
+
+// Row-major dense matrices in double, just enough for the references.
+using Mat = std::vector<double>;
+inline Mat product(const Mat &x, const Mat &y, int rows, int inner, int cols) {
+  Mat z(size_t(rows) * cols, 0.0);
+  for (int r = 0; r < rows; r++)
+    for (int q = 0; q < inner; q++)
+      for (int c = 0; c < cols; c++)
+        z[size_t(r) * cols + c] += x[size_t(r) * inner + q] * y[size_t(q) * cols + c];
+  return z;
+}
+inline Mat transpose(const Mat &x, int rows, int cols) {
+  Mat t(x.size());
+  for (int r = 0; r < rows; r++)
+    for (int c = 0; c < cols; c++)
+      t[size_t(c) * rows + r] = x[size_t(r) * cols + c];
+  return t;
+}
+// A Halide (cols, rows) buffer as a row-major matrix.
+inline Mat rows_of(const Halide::Runtime::Buffer<float> &b) {
+  const int cols = b.dim(0).extent(), rows = b.dim(1).extent();
+  Mat m(size_t(rows) * cols);
+  for (int r = 0; r < rows; r++)
+    for (int c = 0; c < cols; c++)
+      m[size_t(r) * cols + c] = b(c, r);
+  return m;
+}
+// The largest |want - got| / (1 + |want|) over a row-major `want` and a (cols, rows) `got`.
+inline double max_relative_error(const Mat &want, const Halide::Runtime::Buffer<float> &got) {
+  const Mat g = rows_of(got);
+  double err = 0;
+  for (size_t e = 0; e < want.size(); e++)
+    err = std::max(err, std::fabs(want[e] - g[e]) / (1 + std::fabs(want[e])));
+  return err;
 }
 
 // Prints one line per case; returns whether it passed.

@@ -10,11 +10,9 @@
 using Halide::Runtime::Buffer;
 
 int main() {
-  const int shapes[][3] = {{1, 1, 1},     {7, 129, 1},   {129, 1, 7},    {1, 7, 129},
-                           {33, 1001, 7}, {7, 33, 1001}, {128, 250, 30}, {513, 257, 259}};
   std::mt19937 rng(5);
   bool all_ok = true;
-  for (const auto &s : shapes) {
+  for (const auto &s : hkfac::opencl_check::kDenseShapes) {
     const int batch = s[0], d_in = s[1], d_out = s[2];
     Buffer<float> X(d_in, batch), W(d_out, d_in), b(d_out), Y(d_out, batch);
     for (Buffer<float> *buf : {&X, &W, &b})

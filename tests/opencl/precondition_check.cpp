@@ -3,12 +3,12 @@
 // `kernel`.
 #include <cmath>
 #include <string>
-#include <vector>
 
 #include "check_util.h"
 #include "kernel.h"
 
 using Halide::Runtime::Buffer;
+using namespace hkfac::opencl_check;
 
 int main() {
   const int shapes[][2] = {{1, 1}, {1, 7}, {7, 1}, {31, 250}, {129, 33}, {257, 7}};
@@ -19,30 +19,15 @@ int main() {
     // Halide order: V and U are (dG, dA), columns first.
     Buffer<float> A(d_a, d_a), V(d_g, d_a), G(d_g, d_g), U(d_g, d_a);
     for (Buffer<float> *b : {&A, &V, &G})
-      hkfac::opencl_check::fill_random(*b, rng);
+      fill_random(*b, rng);
     const int rc = kernel(A, V, G, U);
     U.copy_to_host();
-    std::vector<double> t(size_t(d_a) * d_g); // T = A V, row-major (i, j)
-    for (int i = 0; i < d_a; i++) {
-      for (int j = 0; j < d_g; j++) {
-        double sum = 0;
-        for (int q = 0; q < d_a; q++)
-          sum += double(A(q, i)) * V(j, q);
-        t[size_t(i) * d_g + j] = sum;
-      }
-    }
-    double err = 0;
-    for (int i = 0; i < d_a; i++) {
-      for (int j = 0; j < d_g; j++) {
-        double sum = 0;
-        for (int q = 0; q < d_g; q++)
-          sum += t[size_t(i) * d_g + q] * G(j, q);
-        err = std::max(err, std::fabs(sum - U(j, i)) / (1 + std::fabs(sum)));
-      }
-    }
+    const Mat want =
+        product(product(rows_of(A), rows_of(V), d_a, d_a, d_g), rows_of(G), d_a, d_g, d_g);
+    const double err = max_relative_error(want, U);
     const std::string what =
         "precondition dA=" + std::to_string(d_a) + " dG=" + std::to_string(d_g);
-    all_ok &= hkfac::opencl_check::verdict(rc == 0 && err < 1e-4, what.c_str(), rc, err);
+    all_ok &= verdict(rc == 0 && err < 1e-4, what.c_str(), rc, err);
   }
   return all_ok ? 0 : 1;
 }

@@ -3,43 +3,13 @@
 // multiplies), against double-precision loops; linked with the generated `kernel`.
 #include <cmath>
 #include <string>
-#include <vector>
 
 #include "check_util.h"
 #include "kernel.h"
 
 using Halide::Runtime::Buffer;
 
-namespace {
-
-// Row-major dense matrices in double, just enough for the reference.
-using Mat = std::vector<double>;
-Mat product(const Mat &x, const Mat &y, int rows, int inner, int cols) {
-  Mat z(size_t(rows) * cols, 0.0);
-  for (int r = 0; r < rows; r++)
-    for (int q = 0; q < inner; q++)
-      for (int c = 0; c < cols; c++)
-        z[size_t(r) * cols + c] += x[size_t(r) * inner + q] * y[size_t(q) * cols + c];
-  return z;
-}
-Mat transpose(const Mat &x, int rows, int cols) {
-  Mat t(x.size());
-  for (int r = 0; r < rows; r++)
-    for (int c = 0; c < cols; c++)
-      t[size_t(c) * rows + r] = x[size_t(r) * cols + c];
-  return t;
-}
-// A Halide (cols, rows) buffer as a row-major matrix.
-Mat rows_of(const Buffer<float> &b) {
-  const int cols = b.dim(0).extent(), rows = b.dim(1).extent();
-  Mat m(size_t(rows) * cols);
-  for (int r = 0; r < rows; r++)
-    for (int c = 0; c < cols; c++)
-      m[size_t(r) * cols + c] = b(c, r);
-  return m;
-}
-
-} // namespace
+using namespace hkfac::opencl_check;
 
 int main() {
   const int shapes[][2] = {{1, 1}, {1, 7}, {7, 1}, {31, 250}, {129, 33}};
@@ -50,7 +20,7 @@ int main() {
       const int d_a = s[0], d_g = s[1];
       Buffer<float> QA(d_a, d_a), lA(d_a), V(d_g, d_a), QG(d_g, d_g), lG(d_g), U(d_g, d_a);
       for (Buffer<float> *b : {&QA, &lA, &V, &QG, &lG})
-        hkfac::opencl_check::fill_random(*b, rng);
+        fill_random(*b, rng);
       const float gamma = 0.7f;
       const int rc = kernel(QA, lA, V, QG, lG, gamma, power, U);
       U.copy_to_host();
@@ -65,16 +35,10 @@ int main() {
       }
       const Mat want =
           product(product(qa, w, d_a, d_a, d_g), transpose(qg, d_g, d_g), d_a, d_g, d_g);
-      double err = 0;
-      for (int i = 0; i < d_a; i++) {
-        for (int j = 0; j < d_g; j++) {
-          const double x = want[size_t(i) * d_g + j];
-          err = std::max(err, std::fabs(x - U(j, i)) / (1 + std::fabs(x)));
-        }
-      }
+      const double err = max_relative_error(want, U);
       const std::string what = "precondition_eigen dA=" + std::to_string(d_a) +
                                " dG=" + std::to_string(d_g) + " power=" + std::to_string(power);
-      all_ok &= hkfac::opencl_check::verdict(rc == 0 && err < 1e-4, what.c_str(), rc, err);
+      all_ok &= verdict(rc == 0 && err < 1e-4, what.c_str(), rc, err);
     }
   }
   return all_ok ? 0 : 1;
