@@ -43,10 +43,11 @@ int main(int argc, char **argv) {
 
         std::vector<std::string> paths;
         if (const std::string list = absl::GetFlag(FLAGS_samples); !list.empty()) {
-          std::ifstream in(list);
-          if (!in)
-            throw hkfac::Error("--samples: cannot open '" + list + "'");
-          paths = cm::read_path_list(in);
+          try {
+            paths = cm::read_path_list_file(list);
+          } catch (const hkfac::Error &e) {
+            throw hkfac::Error(std::string("--samples: ") + e.what());
+          }
         } else {
           paths = cm::read_path_list(std::cin);
         }

@@ -79,10 +79,11 @@ std::vector<std::string> sample_paths() {
   const std::string list = absl::GetFlag(FLAGS_samples);
   if (list.empty())
     return cm::read_path_list(std::cin);
-  std::ifstream in(list);
-  if (!in)
-    throw hkfac::Error("--samples: cannot open '" + list + "'");
-  return cm::read_path_list(in);
+  try {
+    return cm::read_path_list_file(list);
+  } catch (const hkfac::Error &e) {
+    throw hkfac::Error(std::string("--samples: ") + e.what());
+  }
 }
 
 void write_best(const cm::TrainingData &data) {

@@ -4,6 +4,8 @@
 #include <atomic>
 #include <cmath>
 #include <cstring>
+#include <filesystem>
+#include <fstream>
 #include <memory>
 #include <sstream>
 #include <thread>
@@ -282,6 +284,30 @@ std::vector<std::string> read_path_list(std::istream &in) {
       continue;
     const size_t last = line.find_last_not_of(" \t\r\n");
     paths.push_back(line.substr(first, last - first + 1));
+  }
+  return paths;
+}
+
+std::vector<std::string> read_path_list_file(const std::string &list_path) {
+  // A directory opens as an empty stream on Linux; without this check the tools would go on
+  // with no samples and say only that none were usable.
+  std::error_code ec;
+  if (std::filesystem::is_directory(list_path, ec)) {
+    throw Error("'" + list_path + "' is a directory, not a file listing sample paths (make one "
+                "with: find " + list_path + " -name '*.sample' > samples.txt)");
+  }
+  std::ifstream in(list_path, std::ios::binary);
+  if (!in)
+    throw Error("cannot open the sample list '" + list_path + "'");
+  std::vector<std::string> paths = read_path_list(in);
+  if (in.bad())
+    throw Error("reading the sample list '" + list_path + "' failed");
+  for (size_t i = 0; i < paths.size(); ++i) {
+    if (paths[i].find('\0') != std::string::npos) {
+      throw Error("'" + list_path + "' line " + std::to_string(i + 1) +
+                  " holds a NUL byte: a binary file (a .sample itself?), not a list of paths, "
+                  "one per line");
+    }
   }
   return paths;
 }

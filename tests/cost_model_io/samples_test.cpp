@@ -144,6 +144,30 @@ TEST(SampleSet, ReadPathListTrimsAndSkipsBlankLines) {
             (std::vector<std::string>{"a.sample", "b.sample", "c d.sample"}));
 }
 
+// The tools' --samples takes a list file; a directory or a .sample in its place is named as
+// such rather than read as an empty or garbled list.
+TEST(SampleSet, ReadPathListFileNamesWhatIsWrongWithTheFile) {
+  ScratchDir dir;
+  const auto error_of = [](const std::string &path) -> std::string {
+    try {
+      cm::read_path_list_file(path);
+    } catch (const hkfac::Error &e) {
+      return e.what();
+    }
+    return "";
+  };
+  const std::string list = dir.file("list.txt");
+  const std::string text = "x.sample\n y.sample\n";
+  write_bytes(list, std::vector<uint8_t>(text.begin(), text.end()));
+  EXPECT_EQ(cm::read_path_list_file(list), (std::vector<std::string>{"x.sample", "y.sample"}));
+
+  EXPECT_NE(error_of(dir.path()).find("is a directory"), std::string::npos) << error_of(dir.path());
+  EXPECT_NE(error_of(dir.file("missing")).find("cannot open"), std::string::npos);
+  const std::string sample = dir.file("a.sample");
+  cm::write_sample(synthetic_sample(39, 2, 1, 0), sample);
+  EXPECT_NE(error_of(sample).find("NUL byte"), std::string::npos) << error_of(sample);
+}
+
 TEST(SampleSet, GroupsByPipelineAndRejectsInconsistentSamplesWithReasons) {
   ScratchDir dir;
   std::vector<std::string> paths;

@@ -79,6 +79,10 @@ void featurization_file_to_sample(const std::string &featurization_path, float r
 // One path per line; surrounding whitespace is trimmed and empty lines are skipped.
 std::vector<std::string> read_path_list(std::istream &in);
 
+// read_path_list over a file. Errors name the file: it cannot be opened, it is a directory, or it
+// is binary (its "lines" hold NUL bytes, as a .sample given by mistake would).
+std::vector<std::string> read_path_list_file(const std::string &list_path);
+
 struct SampleRejection {
   std::string path;
   std::string reason;
