@@ -190,10 +190,17 @@ Matrix DenseTwoKroneckerFactored::stack(const std::vector<Matrix> &vec) const {
   return v;
 }
 
-std::vector<Matrix> DenseTwoKroneckerFactored::unstack(const Matrix &v) const {
+std::vector<Matrix> DenseTwoKroneckerFactored::unstack(Matrix &&v) const {
   if (!tag().has_bias)
-    return {v};
-  return {v.topRows(d_in_), v.bottomRows(1)};
+    return {std::move(v)};
+  // Row-major: the weight's rows are a prefix of v's storage, and shrinking v in place (a
+  // realloc to less) keeps them where they are, saving a copy of the whole weight per call.
+  Matrix b = v.bottomRows(1);
+  v.conservativeResize(d_in_, Eigen::NoChange);
+  std::vector<Matrix> out;
+  out.push_back(std::move(v));
+  out.push_back(std::move(b));
+  return out;
 }
 
 std::vector<Matrix> DenseTwoKroneckerFactored::matpower(const std::vector<Matrix> &vec, int exp,
@@ -208,7 +215,7 @@ std::vector<Matrix> DenseTwoKroneckerFactored::matpower(const std::vector<Matrix
     } else {
       ops::kron_precondition(u, a_inv_, v, g_inv_);
     }
-    return unstack(u);
+    return unstack(std::move(u));
   }
   if (options_.use_exact_inverses) {
     // (A ⊗ G + γI) v = A V G + γ V, from the current estimate.
@@ -219,7 +226,7 @@ std::vector<Matrix> DenseTwoKroneckerFactored::matpower(const std::vector<Matrix
                                                        factor_g().cast<double>(), diagonal_weight);
     ops::kron_precondition(u, f.A.cast<float>(), v, f.G.cast<float>());
   }
-  return unstack(u);
+  return unstack(std::move(u));
 }
 
 Eigen::MatrixXd DenseTwoKroneckerFactored::full_curvature() const {

@@ -59,7 +59,7 @@ protected:
 
 private:
   Matrix stack(const std::vector<Matrix> &vec) const;
-  std::vector<Matrix> unstack(const Matrix &v) const;
+  std::vector<Matrix> unstack(Matrix &&v) const;
 
   BlockOptions options_;
   int d_in_, d_out_;
