@@ -48,6 +48,9 @@ ABSL_FLAG(double, norm_constraint, 0.0, "K-FAC: bound on lr^2 <u, g> (0 = no con
 ABSL_FLAG(int, curvature_batch_size, 0,
           "K-FAC: examples of each batch the curvature is estimated on (0 = all)");
 ABSL_FLAG(int, inverse_update_period, 5, "K-FAC: steps between factor inverse updates");
+ABSL_FLAG(double, min_damping, 1e-8, "K-FAC: lower bound of adaptive damping");
+ABSL_FLAG(double, curvature_ema, 0.95,
+          "K-FAC: weight of the old curvature estimate in each update (after burn-in)");
 ABSL_FLAG(std::string, save_checkpoint, "",
           "K-FAC: write the parameters and the optimizer's state here when training ends");
 ABSL_FLAG(int, checkpoint_every, 0,
@@ -216,6 +219,8 @@ int run() {
     o.inverse_update_period = absl::GetFlag(FLAGS_inverse_update_period);
     o.curvature_update_period = absl::GetFlag(FLAGS_curvature_update_period);
     o.curvature_batch_size = absl::GetFlag(FLAGS_curvature_batch_size);
+    o.min_damping = absl::GetFlag(FLAGS_min_damping);
+    o.curvature_ema = absl::GetFlag(FLAGS_curvature_ema);
     o.use_adaptive_learning_rate = absl::GetFlag(FLAGS_use_adaptive_learning_rate);
     o.use_adaptive_momentum = absl::GetFlag(FLAGS_use_adaptive_momentum);
     if (absl::GetFlag(FLAGS_norm_constraint) > 0) {
