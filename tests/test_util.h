@@ -34,7 +34,7 @@ inline Buffer<float> random_matrix(int rows, int cols, unsigned seed) {
   Buffer<float> b = make_matrix<float>(rows, cols);
   std::mt19937 rng(seed);
   std::uniform_real_distribution<float> u(-1.0f, 1.0f);
-  b.for_each_value([&](float &v) { v = u(rng); });
+  hkfac::for_each_value(b, [&](float &v) { v = u(rng); });
   return b;
 }
 
@@ -42,7 +42,7 @@ inline Buffer<float> random_vector(int n, unsigned seed, float lo = -1.0f, float
   Buffer<float> b = make_vector<float>(n);
   std::mt19937 rng(seed);
   std::uniform_real_distribution<float> u(lo, hi);
-  b.for_each_value([&](float &v) { v = u(rng); });
+  hkfac::for_each_value(b, [&](float &v) { v = u(rng); });
   return b;
 }
 

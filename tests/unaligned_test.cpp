@@ -29,7 +29,7 @@ public:
     Buffer<float> b = src.dimensions() == 1
                           ? Buffer<float>(base, src.dim(0).extent())
                           : Buffer<float>(base, src.dim(0).extent(), src.dim(1).extent());
-    b.copy_from(src);
+    hkfac::copy_values(b, src);
     return b;
   }
 

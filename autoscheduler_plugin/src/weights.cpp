@@ -260,7 +260,7 @@ Weights make_weights(int schedule_features) {
   const auto buffers = w.buffers();
   for (int b = 0; b < kNumWeightBuffers; b++) {
     Buffer<float> buf(weight_buffer_shape(b, schedule_features));
-    buf.fill(0.0f);
+    fill(buf, 0.0f);
     *buffers[b] = std::move(buf);
   }
   return w;

@@ -141,15 +141,17 @@ halide_buffer_t *AlignedArgs::stage(halide_buffer_t *b, bool written) {
     stride *= d.extent;
   }
   Buffer<float> copy(t_blocks[block].data.get(), b->dimensions, dims.data());
-  copy.copy_from(view);
+  copy_values(copy, view);
   staged_.push_back({b, std::move(copy), written, block});
   return staged_.back().copy.raw_buffer();
 }
 
 AlignedArgs::~AlignedArgs() {
   for (Staged &s : staged_) {
-    if (committed_ && s.written)
-      Buffer<float>(*s.original).copy_from(s.copy);
+    if (committed_ && s.written) {
+      Buffer<float> original(*s.original);
+      copy_values(original, s.copy);
+    }
     t_blocks[s.block].in_use = false;
   }
 }

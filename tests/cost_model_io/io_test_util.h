@@ -75,14 +75,14 @@ inline cost_model::Sample synthetic_sample(int s, int stages, int32_t pipeline_i
       Buffer<float>(cm::kPipelineFeatureRows, cm::kPipelineFeatureTypes, stages);
   std::mt19937 pipeline_rng(static_cast<uint32_t>(pipeline_id));
   std::uniform_int_distribution<int> count(0, 4);
-  smp.types_in_use.for_each_value(
-      [&](float &v) { v = static_cast<float>(count(pipeline_rng) & 1); });
-  smp.pipeline_features.for_each_value(
-      [&](float &v) { v = static_cast<float>(count(pipeline_rng)); });
+  hkfac::for_each_value(smp.types_in_use,
+                        [&](float &v) { v = static_cast<float>(count(pipeline_rng) & 1); });
+  hkfac::for_each_value(smp.pipeline_features,
+                        [&](float &v) { v = static_cast<float>(count(pipeline_rng)); });
   std::mt19937 schedule_rng(static_cast<uint32_t>(pipeline_id * 7919 + schedule_id));
   std::uniform_real_distribution<float> u(0.0f, 64.0f);
   double work = 0;
-  smp.schedule_features.for_each_value([&](float &v) {
+  hkfac::for_each_value(smp.schedule_features, [&](float &v) {
     v = u(schedule_rng);
     work += v;
   });

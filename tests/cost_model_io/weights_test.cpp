@@ -237,7 +237,7 @@ TEST(WeightsFile, RandomInitIsDeterministicFiniteAndScaledByFanIn) {
   expect_bitwise_equal(a, b);
   EXPECT_NE(cm::serialize_weights(a), cm::serialize_weights(cm::random_weights(73, 8)));
   double sum_sq = 0;
-  a.head1_filter.for_each_value([&](float v) { sum_sq += double(v) * v; });
+  hkfac::for_each_value(a.head1_filter, [&](float v) { sum_sq += double(v) * v; });
   const double variance = sum_sq / a.head1_filter.number_of_elements();
   EXPECT_NEAR(variance * 280, 1.0, 0.1); // fan-in 40 x 7
   EXPECT_NO_THROW(cm::validate_weights(a));

@@ -158,7 +158,8 @@ TrainingData synthetic_data(int pipelines, int schedules, unsigned seed, const S
     ps.pipeline_id = pipeline_id_for("synthetic_p" + std::to_string(p));
     ps.num_stages = 1 + p % 4;
     Buffer<float> pf(kPipelineFeatureRows, kPipelineFeatureTypes, ps.num_stages);
-    pf.for_each_value([&](float &v) { v = unit(rng) < 0.2f ? std::floor(8 * unit(rng)) : 0.0f; });
+    hkfac::for_each_value(
+        pf, [&](float &v) { v = unit(rng) < 0.2f ? std::floor(8 * unit(rng)) : 0.0f; });
     PipelineData pd;
     pd.num_stages = ps.num_stages;
     pd.pipeline_features = pf;
@@ -167,10 +168,11 @@ TrainingData synthetic_data(int pipelines, int schedules, unsigned seed, const S
       s.num_stages = ps.num_stages;
       s.pipeline_features = pf;
       s.types_in_use = Buffer<float>(kTypesInUseFeatures, ps.num_stages);
-      s.types_in_use.fill(0.0f);
+      hkfac::fill(s.types_in_use, 0.0f);
       s.schedule_features = Buffer<float>(S, ps.num_stages);
-      s.schedule_features.for_each_value(
-          [&](float &v) { v = unit(rng) < 0.1f ? 0.0f : std::exp(12.0f * unit(rng)); });
+      hkfac::for_each_value(s.schedule_features, [&](float &v) {
+        v = unit(rng) < 0.1f ? 0.0f : std::exp(12.0f * unit(rng));
+      });
       s.pipeline_id = ps.pipeline_id;
       s.schedule_id = k;
       pd.schedule_features.push_back(s.schedule_features);

@@ -302,7 +302,7 @@ Problem rounded(Problem p) {
 std::vector<double> host_values(Buffer<float> &b) {
   to_host(b);
   std::vector<double> v;
-  b.for_each_value([&](float x) { v.push_back(x); });
+  hkfac::for_each_value(b, [&](float x) { v.push_back(x); });
   return v;
 }
 
@@ -628,7 +628,7 @@ TEST(CostModelKernelsErrors, ShapeMismatchesNameTheArgument) {
   });
   expect_error_naming("true_runtimes", [&] {
     Buffer<float> t(4);
-    t.fill(1.0f);
+    hkfac::fill(t, 1.0f);
     kernels::cost_model_train(in.pf, in.sf, in.w, 4, t, in.cotangent, 1, 0, out, cpu);
   });
   expect_error_naming("cotangent", [&] {

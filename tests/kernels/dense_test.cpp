@@ -164,7 +164,7 @@ TEST_P(DenseKernelsUnaligned, AcceptsBuffersAlignedOnlyToAFloat) {
     if (rows == 1)
       b = Buffer<float>(storage.back().data() + 1, cols);
     Buffer<float> src = rows == 1 ? random_vector(cols, seed) : random_matrix(rows, cols, seed);
-    b.copy_from(src);
+    hkfac::copy_values(b, src);
     return b;
   };
   Buffer<float> X = unaligned(batch, d_in, 1), W = unaligned(d_in, d_out, 2);

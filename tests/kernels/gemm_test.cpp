@@ -61,7 +61,7 @@ TEST_P(GemmKernel, BetaZeroIgnoresNanInC) {
   for (auto [m, n, depth] : kShapes) {
     Buffer<float> A = random_matrix(m, depth, m), B = random_matrix(depth, n, n);
     Buffer<float> C = make_matrix<float>(m, n);
-    C.fill(std::numeric_limits<float>::quiet_NaN());
+    hkfac::fill(C, std::numeric_limits<float>::quiet_NaN());
     kernels::gemm(C, A, Transpose::no, B, Transpose::no, 1.0f, 0.0f, dev);
     to_host(C);
     Eigen::MatrixXd got = to_eigen_d(C);

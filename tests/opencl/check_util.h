@@ -19,7 +19,7 @@ namespace hkfac::opencl_check {
 // Fills `b` with values in [-0.5, 0.5) and marks the host copy as the one to upload.
 inline void fill_random(Halide::Runtime::Buffer<float> &b, std::mt19937 &rng) {
   std::uniform_real_distribution<float> u(-0.5f, 0.5f);
-  b.for_each_value([&](float &v) { v = u(rng); });
+  hkfac::for_each_value(b, [&](float &v) { v = u(rng); });
   b.set_host_dirty();
 }
 

@@ -30,7 +30,7 @@ int main(int argc, char **argv) {
           for (int j = 0; j < i; j++)
             C(i, j) = C(j, i);
         }
-        C0.copy_from(C);
+        hkfac::copy_values(C0, C);
         const int rc = kernel(C, X, 0.9f, 0.1f, C);
         C.copy_to_host();
         double err = 0;

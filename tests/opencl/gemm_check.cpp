@@ -28,7 +28,7 @@ int main(int argc, char **argv) {
     hkfac::opencl_check::fill_random(A, rng);
     hkfac::opencl_check::fill_random(B, rng);
     hkfac::opencl_check::fill_random(C, rng);
-    C0.copy_from(C);
+    hkfac::copy_values(C0, C);
     const int rc = kernel(A, B, C, 0.5f, 2.0f, C);
     C.copy_to_host();
     double err = 0;

@@ -13,6 +13,7 @@
 #include <string>
 #include <vector>
 
+#include "hkfac/buffer_values.h"
 #include "pipeline_variants.h" // generated: the variant libraries' headers and their lists
 
 namespace {
@@ -75,7 +76,7 @@ double input_upper_bound(const std::string &app, const std::string &arg) {
 
 template <typename T> void fill_random(Buffer<T> buf, uint64_t seed, double upper) {
   std::mt19937_64 rng(seed);
-  buf.for_each_value([&](T &v) {
+  hkfac::for_each_value(buf, [&](T &v) {
     if constexpr (std::is_floating_point_v<T>) {
       v = std::uniform_real_distribution<T>(0, 1)(rng);
     } else {

@@ -1,5 +1,6 @@
 // Random pipelines scheduled by each autoscheduler compute what their all-root build computes.
 #include "HalideBuffer.h"
+#include "hkfac/buffer_values.h"
 #include "rng.h"
 #include "rp_variants.h"
 
@@ -52,7 +53,7 @@ uint64_t hash64(uint64_t z) {
 
 template <typename T> void fill(Buffer<void> &b, uint64_t salt) {
   uint64_t i = salt;
-  b.as<T>().for_each_value([&](T &v) {
+  hkfac::for_each_value(b.as<T>(), [&](T &v) {
     const uint64_t h = hash64(++i);
     if constexpr (std::is_floating_point_v<T>) {
       // Slightly beyond [-1, 1] so that the pipeline's input clamp is exercised too.
@@ -222,7 +223,7 @@ TEST_P(RootBuild, FloatOutputsAreFinite) {
   for (const Buffer<void> &out : outputs) {
     if (out.type() == halide_type_of<float>()) {
       int64_t bad = 0;
-      out.as<const float>().for_each_value([&](float v) { bad += !std::isfinite(v); });
+      hkfac::for_each_value(out.as<const float>(), [&](float v) { bad += !std::isfinite(v); });
       EXPECT_EQ(bad, 0) << "seed " << GetParam()->seed;
     }
   }

@@ -81,12 +81,13 @@ hkfac::bench::Case make_case(int batch, int stages) {
     p->pf = Buffer<float>(40, 7, stages);
     p->sf = Buffer<float>(batch, kS, stages);
     p->pred = Buffer<float>(batch);
-    p->pf.for_each_value([&](float &v) { v = std::floor(10 * u(rng)); });
-    p->sf.for_each_value([&](float &v) { v = u(rng) < 0.2f ? 0.0f : std::exp(10 * u(rng)); });
+    hkfac::for_each_value(p->pf, [&](float &v) { v = std::floor(10 * u(rng)); });
+    hkfac::for_each_value(p->sf,
+                          [&](float &v) { v = u(rng) < 0.2f ? 0.0f : std::exp(10 * u(rng)); });
     p->w = hkfac::kernels::make_cost_model_weights(kS);
     for (Buffer<float> *b : {&p->w.head1_filter, &p->w.head1_bias, &p->w.head2_filter,
                              &p->w.head2_bias, &p->w.conv1_filter, &p->w.conv1_bias}) {
-      b->for_each_value([&](float &v) { v = u(rng) - 0.5f; });
+      hkfac::for_each_value(*b, [&](float &v) { v = u(rng) - 0.5f; });
     }
     // Workspace reused across calls: fresh multi-100-KiB temporaries per stage would make the
     // Eigen side measure page faults.

@@ -33,7 +33,7 @@ hkfac::bench::Case make_case(Shape s) {
     std::mt19937 rng(d + n);
     std::uniform_real_distribution<float> u(-1.0f, 1.0f);
     auto x = std::make_shared<Buffer<float>>(hkfac::make_matrix<float>(n, dx));
-    x->for_each_value([&](float &v) { v = u(rng); });
+    hkfac::for_each_value(*x, [&](float &v) { v = u(rng); });
     auto cov = std::make_shared<Buffer<float>>(hkfac::make_matrix<float>(d, d));
     // OpenBLAS and Eigen get X̄ materialised (they have no implicit ones column).
     auto xbar = std::make_shared<RowMajor>(RowMajor::Ones(n, d));

@@ -68,7 +68,7 @@ hkfac::bench::Case make_case(Shape s) {
     std::uniform_real_distribution<float> u(-1.0f, 1.0f);
     auto images =
         std::make_shared<Buffer<float>>(hkfac::make_matrix<float>(s.batch, g.image_size()));
-    images->for_each_value([&](float &v) { v = u(rng); });
+    hkfac::for_each_value(*images, [&](float &v) { v = u(rng); });
     auto cov = std::make_shared<Buffer<float>>(hkfac::make_matrix<float>(d, d));
     auto cov_given = std::make_shared<Buffer<float>>(hkfac::make_matrix<float>(d, d));
     // P̄ for the anchor, rewritten by every anchor call; P (no ones column) for the generated

@@ -128,7 +128,7 @@ void CostModelNet::run_ones_pass() {
   // With a cotangent of ones (and no loss term), the recorded output gradients are
   // ∂p_n/∂(layer output).
   Buffer<float> ones(B_);
-  ones.fill(1.0f);
+  fill(ones, 1.0f);
   kernels::cost_model_train(pipeline_->pipeline_features, schedule_features_,
                             kernel_weights(weights_view_), num_cores_, runtimes_, ones, 0.0f, 0.0f,
                             out_, device_);

@@ -10,6 +10,7 @@
 
 #include <string>
 
+#include "hkfac/buffer_values.h"
 #include "hkfac/device.h"
 #include "hkfac/error.h"
 
@@ -30,14 +31,14 @@ template <typename T> Buffer<T> make_matrix(int rows, int cols) {
                 std::to_string(cols));
   }
   Buffer<T> b(cols, rows);
-  b.fill(T(0));
+  fill(b, T(0));
   return b;
 }
 
 template <typename T> Buffer<T> make_vector(int n) {
   if (n < 1) throw Error("make_vector: n must be >= 1, got " + std::to_string(n));
   Buffer<T> b(n);
-  b.fill(T(0));
+  fill(b, T(0));
   return b;
 }
 

@@ -99,7 +99,7 @@ Shape check_inputs(const Buffer<float> &pipeline_features, const Buffer<float> &
 void ensure_shape(Buffer<float> &b, const std::vector<int> &extents) {
   if (!has_shape(b.raw_buffer(), extents)) {
     b = Buffer<float>(extents);
-    b.fill(0.0f);
+    fill(b, 0.0f);
   }
 }
 

@@ -20,9 +20,9 @@ cm::Sample seed_sample(int s, int stages, int32_t id) {
   smp.pipeline_features =
       hkfac::Buffer<float>(cm::kPipelineFeatureRows, cm::kPipelineFeatureTypes, stages);
   float v = 0;
-  smp.schedule_features.for_each_value([&](float &x) { x = v += 0.5f; });
-  smp.types_in_use.for_each_value([&](float &x) { x = 1; });
-  smp.pipeline_features.for_each_value([&](float &x) { x = v += 1; });
+  hkfac::for_each_value(smp.schedule_features, [&](float &x) { x = v += 0.5f; });
+  hkfac::for_each_value(smp.types_in_use, [&](float &x) { x = 1; });
+  hkfac::for_each_value(smp.pipeline_features, [&](float &x) { x = v += 1; });
   smp.runtime_ms = 1.5f;
   smp.pipeline_id = id;
   smp.schedule_id = -id;
