@@ -1,4 +1,4 @@
-// Runtime: device parsing, the CUDA probe and zero-copy Eigen views.
+// Runtime: device parsing, the CUDA probe, zero-copy Eigen views and the buffer value loops.
 #include "hkfac/buffer.h"
 #include "hkfac/device.h"
 
@@ -59,6 +59,42 @@ TEST(Buffers, BadShapesAreErrors) {
   EXPECT_THROW(make_vector<float>(-1), Error);
   Buffer<float> b3(2, 2, 2);
   EXPECT_THROW(as_eigen(b3), Error);
+}
+
+// The plain-loop replacements of Buffer::for_each_value / fill / copy_from (buffer_values.h),
+// against coordinates read element by element: a 3-D buffer, a cropped (strided) view with
+// nonzero mins, and a transposed (non-unit innermost stride) copy.
+TEST(Buffers, ValueLoopsVisitEveryElementOnceInStorageOrder) {
+  Buffer<float> b(5, 4, 3);
+  float next = 0.0f;
+  for_each_value(b, [&](float &v) { v = next++; });
+  for (int z = 0; z < 3; ++z)
+    for (int y = 0; y < 4; ++y)
+      for (int x = 0; x < 5; ++x)
+        EXPECT_EQ(b(x, y, z), static_cast<float>(x + 5 * (y + 4 * z)));
+
+  Buffer<float> view = b.cropped(0, 1, 3).cropped(1, 2, 2);
+  fill(view, -1.0f);
+  int changed = 0;
+  for (int z = 0; z < 3; ++z)
+    for (int y = 0; y < 4; ++y)
+      for (int x = 0; x < 5; ++x) {
+        const bool inside = x >= 1 && x < 4 && y >= 2;
+        changed += b(x, y, z) == -1.0f;
+        if (!inside)
+          EXPECT_EQ(b(x, y, z), static_cast<float>(x + 5 * (y + 4 * z)));
+      }
+  EXPECT_EQ(changed, 3 * 2 * 3);
+
+  Buffer<float> m = make_matrix<float>(3, 4);
+  for_each_value(m, [&](float &v) { v = next++; });
+  Buffer<float> t = Buffer<float>(3, 4).transposed(0, 1); // dimension 0 has stride 3
+  copy_values(t, m);
+  for (int y = 0; y < 3; ++y)
+    for (int x = 0; x < 4; ++x)
+      EXPECT_EQ(t(x, y), m(x, y));
+  Buffer<float> wrong(4, 4);
+  EXPECT_THROW(copy_values(wrong, m), Error);
 }
 
 } // namespace
