@@ -191,13 +191,16 @@ Matrix DenseTwoKroneckerFactored::stack(const std::vector<Matrix> &vec) const {
 }
 
 std::vector<Matrix> DenseTwoKroneckerFactored::unstack(Matrix &&v) const {
-  if (!tag().has_bias)
-    return {std::move(v)};
+  // Built by push_back: a braced list would copy its elements into the vector.
+  std::vector<Matrix> out;
+  if (!tag().has_bias) {
+    out.push_back(std::move(v));
+    return out;
+  }
   // Row-major: the weight's rows are a prefix of v's storage, and shrinking v in place (a
   // realloc to less) keeps them where they are, saving a copy of the whole weight per call.
   Matrix b = v.bottomRows(1);
   v.conservativeResize(d_in_, Eigen::NoChange);
-  std::vector<Matrix> out;
   out.push_back(std::move(v));
   out.push_back(std::move(b));
   return out;

@@ -10,6 +10,7 @@
 
 #include <HalideBuffer.h>
 
+#include <algorithm>
 #include <cstddef>
 #include <string>
 
@@ -47,8 +48,13 @@ template <typename T, typename F> void for_each_value(const Halide::Runtime::Buf
   const std::ptrdiff_t s = r.dim[0].stride;
   auto run = [&](std::ptrdiff_t o, std::ptrdiff_t) {
     T *p = first + o;
-    for (int i = 0; i < n; ++i)
-      f(p[i * s]);
+    if (s == 1) { // the usual case, kept apart so that the compiler can vectorize it
+      for (int i = 0; i < n; ++i)
+        f(p[i]);
+    } else {
+      for (int i = 0; i < n; ++i)
+        f(p[i * s]);
+    }
   };
   detail::for_each_run(r, r, r.dimensions - 1, 0, 0, run);
 }
@@ -76,8 +82,12 @@ void copy_values(Halide::Runtime::Buffer<T> &dst, const Halide::Runtime::Buffer<
   const int n = d.dim[0].extent;
   const std::ptrdiff_t sd = d.dim[0].stride, ss = s.dim[0].stride;
   auto run = [&](std::ptrdiff_t od, std::ptrdiff_t os) {
-    for (int i = 0; i < n; ++i)
-      to[od + i * sd] = from[os + i * ss];
+    if (sd == 1 && ss == 1) {
+      std::copy(from + os, from + os + n, to + od);
+    } else {
+      for (int i = 0; i < n; ++i)
+        to[od + i * sd] = from[os + i * ss];
+    }
   };
   detail::for_each_run(d, s, d.dimensions - 1, 0, 0, run);
 }
