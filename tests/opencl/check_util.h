@@ -3,6 +3,8 @@
 
 #include <HalideBuffer.h>
 
+#include "hkfac/buffer_values.h"
+
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
