@@ -24,11 +24,15 @@ CudaStatus probe_cuda() {
     s.reason = "this build has no CUDA kernels (configured with HKFAC_CUDA=OFF)";
     return s;
   }
-  // The same library Halide's CUDA runtime loads; probing it ourselves keeps a missing driver a
-  // clear status instead of a kernel failure.
-  void *lib = dlopen("libcuda.so.1", RTLD_LAZY | RTLD_LOCAL);
+  // The driver library Halide's CUDA runtime calls; probing it ourselves keeps a missing driver a
+  // clear status instead of a kernel failure. Loaded with RTLD_GLOBAL because of how Halide 14's
+  // runtime finds it: it looks the driver's symbols up among those already loaded, and failing
+  // that opens "libcuda.so" only. The driver installs libcuda.so.1; the unversioned name comes
+  // with development packages and is often absent, and then every kernel would fail where this
+  // probe had said CUDA was usable (tests/cuda_probe).
+  void *lib = dlopen("libcuda.so.1", RTLD_LAZY | RTLD_GLOBAL);
   if (!lib)
-    lib = dlopen("libcuda.so", RTLD_LAZY | RTLD_LOCAL);
+    lib = dlopen("libcuda.so", RTLD_LAZY | RTLD_GLOBAL);
   if (!lib) {
     s.reason = "libcuda (the NVIDIA driver library) is not installed";
     return s;
@@ -63,7 +67,7 @@ CudaStatus probe_cuda() {
     s.device_name = buf;
   }
   s.usable = true;
-  return s; // lib stays loaded: Halide's runtime will use it.
+  return s; // lib stays loaded, its symbols global: Halide's runtime finds them there.
 }
 
 std::atomic<int> g_default{-1};
