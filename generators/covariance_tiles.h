@@ -353,9 +353,9 @@ private:
     tiles.where(upper || pi < pj);
     // The pair's result, a * C + b * gram over its upper tile: the lower tile is that tile
     // transposed, so C's lower triangle is read only inside diagonal tiles and the strip (C is
-    // symmetric on entry). Reading C's lower tiles as well cost 18% of the whole update at d =
-    // 1001, n = 128 in a profile; with this stage in between, the update ran 6-13% faster there
-    // (alternated with the previous kernel in one process).
+    // symmetric on entry). Those reads, a row of C apart, missed the caches: without them (an
+    // experiment that wrote the lower tile wrong) the update at d = 1001, n = 128 ran 1.2x as
+    // fast; with this stage it runs 1.06-1.14x as fast as before (alternated in one process).
     pair_out(jj, ii, q) = a * c_in_(tj * T + jj, ti * T + ii) + b * gram(jj, ii, q);
     result(col, row) = pair_out(select(upper, u, v), select(upper, v, u), p);
 
