@@ -175,8 +175,7 @@ public:
     // and forth (runs of 8 were 4-8% faster at d = 785 and 1001, n = 128). The mirrored side
     // reads the pair's stack tile down its columns (a gather per vector from L1), which measured
     // cheaper than staging the tile through Halide's nested-vector transpose.
-    const Halide::Expr nt = dx / tile_;
-    const Halide::Expr run = clamp(nt * (nt + 1) / 2 / 16, 1, 8);
+    const Halide::Expr run = clamp(p.extent() / 16, 1, 8); // p runs over the pairs
     RVar po{"po"}, pin{"pin"};
     result.update(0)
         .allow_race_conditions()
