@@ -1,5 +1,6 @@
-# Covariance (K-FAC factor) update; the untiled variant serves X narrower than one tile, the wide
-# one (CPU only) X of at least kCovarianceWideFrom columns (runtime/src/dispatch.h).
+# Covariance (K-FAC factor) update; the untiled variant serves X narrower than one tile (on the
+# CPU, narrower than kCovarianceCpuTiledFrom), the wide one (CPU only) X of at least
+# kCovarianceWideFrom columns (runtime/src/dispatch.h).
 add_halide_generator(hkfac_gen_covariance SOURCES covariance.cpp)
 hkfac_add_kernel(covariance_update FROM hkfac_gen_covariance GENERATOR hkfac_covariance_update)
 hkfac_add_kernel(covariance_update_small FROM hkfac_gen_covariance

@@ -9,8 +9,8 @@ using namespace Halide;
 
 class CovarianceUpdate : public Generator<CovarianceUpdate> {
 public:
-  // X narrower than one tile (hkfac::gen::kCovarianceTile columns) uses the variant built with
-  // tiled=false.
+  // X narrower than one tile (hkfac::gen::kCovarianceTile columns; on the CPU, narrower than the
+  // runtime's kCovarianceCpuTiledFrom) uses the variant built with tiled=false.
   GeneratorParam<bool> tiled{"tiled", true};
   // Tile width on the CPU: hkfac::gen::kCovarianceTile, or kCovarianceWideTile for wide inputs.
   GeneratorParam<int> tile{"tile", hkfac::gen::kCovarianceTile};
@@ -40,7 +40,7 @@ public:
     if (get_target().has_gpu_feature()) {
       cov.schedule_gpu();
     } else {
-      cov.schedule_cpu(natural_vector_size<float>());
+      cov.schedule_cpu(natural_vector_size<float>(), true);
     }
   }
 };

@@ -30,6 +30,13 @@ constexpr int kCovarianceWideTile = 48;
 // broadcasts per 12 FMAs against 6 per 8) with a strip under 24 columns: on a Zen 3 host it was
 // 3-26% faster than 32-wide at d = 785 and 1001 (n = 128 to 1000, run by run), mixed at d <= 501.
 constexpr int kCovarianceWideTileAvx2 = 24;
+// The untiled CPU variant's products from this many multiply-adds (n·dx², both triangles) run
+// their row blocks on both cores; below it one core's work (a few microseconds) costs less than
+// waking the other. Parallel, the untiled variant beat the tiled one up to 72 columns at every
+// batch from 16 to 1024 rows (the runtime's kCovarianceCpuTiledFrom). The patch generator keeps
+// its product serial: there the same change measured 7.1-8.5 -> 8.2-12.4 ms (d = 26, 100k patch
+// rows, alternated runs), the gathers of each 1024-row call between the parallel products.
+constexpr int kCovarianceUntiledParallelFrom = 200000;
 
 // The tile width a generator's `tile` parameter asks for, checked against the target. The GPU
 // schedule runs one thread per element of a 32-wide tile. The wide variant's tile depends on the
@@ -128,7 +135,9 @@ public:
   // The output, as given.
   Halide::Func result;
 
-  void schedule_cpu(int vec) {
+  // `parallel_untiled`: the untiled form's large products run on both cores
+  // (kCovarianceUntiledParallelFrom).
+  void schedule_cpu(int vec, bool parallel_untiled) {
     using namespace Halide;
     Var jo{"jo"}, io{"io"}, ji{"ji"}, iin{"iin"};
     if (!tiled_) {
@@ -137,6 +146,13 @@ public:
       // vector takes a guarded copy of the same loops.
       Func block = gram.in(result);
       block.compute_root();
+      if (parallel_untiled) {
+        block.specialize(dx >= vec && n * dx * dx >= kCovarianceUntiledParallelFrom)
+            .tile(j, i, jo, io, ji, iin, vec, 8, TailStrategy::ShiftInwards)
+            .vectorize(ji)
+            .unroll(iin)
+            .parallel(io);
+      }
       block.specialize(dx >= vec)
           .tile(j, i, jo, io, ji, iin, vec, 8, TailStrategy::ShiftInwards)
           .vectorize(ji)

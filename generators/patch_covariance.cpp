@@ -90,7 +90,7 @@ private:
 
   void schedule_cpu(hkfac::gen::CovarianceTiles &cov) {
     const int vec = natural_vector_size<float>();
-    cov.schedule_cpu(vec);
+    cov.schedule_cpu(vec, false);
     col_table.compute_root().vectorize(col, vec, TailStrategy::GuardWithIf);
     if (tiled) {
       // The patches are gathered into the covariance's packed panels (xpack, computed once per

@@ -73,6 +73,13 @@ int cols_of(const halide_buffer_t *b);
 // The covariance generators' tile width (generators/covariance_tiles.h, kCovarianceTile): their
 // tiled variants need X (or the patches) at least one tile wide; narrower goes to the untiled.
 constexpr int kCovarianceTile = 32;
+// On the CPU, X (not the patches) narrower than this takes the untiled variant even when it is a
+// tile wide or more: its register blocks (both triangles, row blocks on both cores from 200k
+// multiply-adds) ran 1.1-3.5x as fast as the tiled variant's tile pairs, edge strip and
+// write-back from 32 to 72 columns at 16 to 1024 rows, tied at 80-88 and lost from 96 at 512
+// rows and more (side by side, one process, Zen 3 AVX2). K-FAC's factors of small layers (the
+// cost model's 40, 33, 32 and 24; an autoencoder's 31-wide bottleneck) are of this size.
+constexpr int kCovarianceCpuTiledFrom = 80;
 // X at least this wide takes the covariance kernel's wide-tile CPU variant (kCovarianceWideTile =
 // 48 columns with AVX-512): side by side with the 32-wide tiles it was 2-18% faster from d = 501
 // to 1001, tied from 321 to 449 and slower at 257 with n = 1000 (fewer tile pairs for two

@@ -53,9 +53,9 @@ TEST_P(CovarianceKernels, InPlaceUpdateMatchesEigenAndIsExactlySymmetric) {
 TEST_P(CovarianceKernels, WidthsAroundOneTileMatchEigen) {
   const Device dev = GetParam();
   HKFAC_SKIP_IF_UNAVAILABLE(dev);
-  // The kernel vectorises whole rows of X from 16 columns, switches from its untiled to its tiled
-  // variant at 32, and tiles
-  // columns in 32s with an edge strip for the rest.
+  // The kernel vectorises whole rows of X from 16 columns; the GPU switches from its untiled to
+  // its tiled variant at 32 and tiles columns in 32s with an edge strip for the rest (the CPU
+  // switches at 80, below).
   for (int d : {15, 16, 20, 31, 32, 33, 63, 64, 65}) {
     for (bool homogeneous : {false, true}) {
       Buffer<float> x = random_matrix(5, d, d);
@@ -65,6 +65,29 @@ TEST_P(CovarianceKernels, WidthsAroundOneTileMatchEigen) {
       to_host(c);
       EXPECT_LT(rel_error(to_eigen_d(c), ref), 1e-5) << "d=" << d << " homogeneous=" << homogeneous;
       EXPECT_TRUE(exactly_symmetric(c)) << "d=" << d << " homogeneous=" << homogeneous;
+    }
+  }
+}
+
+TEST_P(CovarianceKernels, WidthsAroundTheCpuTiledSwitchMatchEigen) {
+  const Device dev = GetParam();
+  HKFAC_SKIP_IF_UNAVAILABLE(dev);
+  // On the CPU, X narrower than 80 columns takes the untiled variant, whose row blocks run on
+  // both cores from 200k multiply-adds (n·d²): 5 rows stay on one core at every width here, 300
+  // rows split from 26 columns; 79, 80 and 81 straddle the switch to the tiles.
+  for (int d : {24, 40, 57, 79, 80, 81}) {
+    for (int n : {5, 300}) {
+      for (bool homogeneous : {false, true}) {
+        Buffer<float> x = random_matrix(n, d, 5 * d + n);
+        Buffer<float> c = random_symmetric(d + (homogeneous ? 1 : 0), 2 * d + n);
+        const Eigen::MatrixXd ref = reference(to_eigen_d(c), to_eigen_d(x), 0.9, 0.4, homogeneous);
+        kernels::covariance_update(c, x, 0.9f, 0.4f, homogeneous, dev);
+        to_host(c);
+        EXPECT_LT(rel_error(to_eigen_d(c), ref), 2e-6 * std::sqrt(double(n)))
+            << "d=" << d << " n=" << n << " homogeneous=" << homogeneous;
+        EXPECT_TRUE(exactly_symmetric(c))
+            << "d=" << d << " n=" << n << " homogeneous=" << homogeneous;
+      }
     }
   }
 }

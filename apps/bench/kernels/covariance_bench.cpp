@@ -78,6 +78,12 @@ hkfac::bench::Register reg([](bool quick) {
     }
     shapes.push_back({1001, 128, false});
     shapes.push_back({1001, 1000, false});
+    // Small layers' factors: the cost model's head2 input factor (S = 39 features and the ones
+    // column) over a typical batch of schedules x stages, and 65, where the CPU still takes the
+    // untiled variant.
+    shapes.push_back({40, 152, true});
+    shapes.push_back({40, 1000, true});
+    shapes.push_back({65, 1000, true});
   }
   std::vector<hkfac::bench::Case> out;
   for (const Shape &s : shapes)

@@ -28,7 +28,8 @@ void covariance_update(Buffer<float> &C, const Buffer<float> &X, float a, float 
     if (dev == Device::cpu && cols >= detail::kCovarianceWideFrom) {
       detail::check_halide_result(hkfac_k_covariance_update_wide_cpu(c, rows, a_part, b, c),
                                   "covariance_update_wide", dev);
-    } else if (cols >= detail::kCovarianceTile) {
+    } else if (cols >=
+               (dev == Device::cpu ? detail::kCovarianceCpuTiledFrom : detail::kCovarianceTile)) {
       HKFAC_RUN(covariance_update, dev, c, rows, a_part, b, c);
     } else {
       HKFAC_RUN(covariance_update_small, dev, c, rows, a_part, b, c);
