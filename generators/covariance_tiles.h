@@ -15,8 +15,9 @@
 namespace hkfac::gen {
 
 // Width of the square tiles of X̄ᵀX̄; the runtime's dispatch uses the same value to pick the
-// untiled variant for X narrower than one tile. The GPU schedule always uses it (one thread per
-// element of a tile: 32² threads per block).
+// untiled variant for X narrower than one tile (the CPU keeps the untiled variant further, to
+// kCovarianceCpuTiledFrom columns). The GPU schedule always uses it (one thread per element of a
+// tile: 32² threads per block).
 constexpr int kCovarianceTile = 32;
 // The CPU's wide tiles, for wide X (the runtime's kCovarianceWideFrom): a 48-wide register block
 // (3 AVX-512 vectors x 8 rows, 24 accumulators) loads less per FMA than the 32-wide one (2 x 8),
