@@ -22,6 +22,20 @@ Eigen::MatrixXd reference(const Eigen::MatrixXd &c0, const Eigen::MatrixXd &x, d
   return a * c0 + b * xbar.transpose() * xbar;
 }
 
+// One update of a random symmetric C by a random n x d X against the reference: within the
+// batch-scaled tolerance and exactly symmetric.
+void expect_update_matches(Device dev, int d, int n, bool homogeneous, float a, float b,
+                           unsigned x_seed, unsigned c_seed) {
+  Buffer<float> x = random_matrix(n, d, x_seed);
+  Buffer<float> c = random_symmetric(d + (homogeneous ? 1 : 0), c_seed);
+  const Eigen::MatrixXd ref = reference(to_eigen_d(c), to_eigen_d(x), a, b, homogeneous);
+  kernels::covariance_update(c, x, a, b, homogeneous, dev);
+  to_host(c);
+  EXPECT_LT(rel_error(to_eigen_d(c), ref), 2e-6 * std::sqrt(double(n)))
+      << "d=" << d << " n=" << n << " homogeneous=" << homogeneous;
+  EXPECT_TRUE(exactly_symmetric(c)) << "d=" << d << " n=" << n << " homogeneous=" << homogeneous;
+}
+
 class CovarianceKernels : public ::testing::TestWithParam<Device> {};
 
 TEST_P(CovarianceKernels, InPlaceUpdateMatchesEigenAndIsExactlySymmetric) {
@@ -77,17 +91,8 @@ TEST_P(CovarianceKernels, WidthsAroundTheCpuTiledSwitchMatchEigen) {
   // rows split from 26 columns; 79, 80 and 81 straddle the switch to the tiles.
   for (int d : {24, 40, 57, 79, 80, 81}) {
     for (int n : {5, 300}) {
-      for (bool homogeneous : {false, true}) {
-        Buffer<float> x = random_matrix(n, d, 5 * d + n);
-        Buffer<float> c = random_symmetric(d + (homogeneous ? 1 : 0), 2 * d + n);
-        const Eigen::MatrixXd ref = reference(to_eigen_d(c), to_eigen_d(x), 0.9, 0.4, homogeneous);
-        kernels::covariance_update(c, x, 0.9f, 0.4f, homogeneous, dev);
-        to_host(c);
-        EXPECT_LT(rel_error(to_eigen_d(c), ref), 2e-6 * std::sqrt(double(n)))
-            << "d=" << d << " n=" << n << " homogeneous=" << homogeneous;
-        EXPECT_TRUE(exactly_symmetric(c))
-            << "d=" << d << " n=" << n << " homogeneous=" << homogeneous;
-      }
+      for (bool homogeneous : {false, true})
+        expect_update_matches(dev, d, n, homogeneous, 0.9f, 0.4f, 5 * d + n, 2 * d + n);
     }
   }
 }
@@ -101,17 +106,8 @@ TEST_P(CovarianceKernels, WidthsAroundTheWideTilesMatchEigen) {
   // Batches inside one 128-row chunk of the tile products and one row past it.
   for (int d : {479, 480, 481, 527, 528}) {
     for (int n : {5, 129}) {
-      for (bool homogeneous : {false, true}) {
-        Buffer<float> x = random_matrix(n, d, d + n);
-        Buffer<float> c = random_symmetric(d + (homogeneous ? 1 : 0), 3 * d);
-        const Eigen::MatrixXd ref = reference(to_eigen_d(c), to_eigen_d(x), 0.8, 0.2, homogeneous);
-        kernels::covariance_update(c, x, 0.8f, 0.2f, homogeneous, dev);
-        to_host(c);
-        EXPECT_LT(rel_error(to_eigen_d(c), ref), 2e-6 * std::sqrt(double(n)))
-            << "d=" << d << " n=" << n << " homogeneous=" << homogeneous;
-        EXPECT_TRUE(exactly_symmetric(c))
-            << "d=" << d << " n=" << n << " homogeneous=" << homogeneous;
-      }
+      for (bool homogeneous : {false, true})
+        expect_update_matches(dev, d, n, homogeneous, 0.8f, 0.2f, d + n, 3 * d);
     }
   }
 }
