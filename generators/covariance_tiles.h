@@ -33,8 +33,8 @@ constexpr int kCovarianceWideTile = 48;
 constexpr int kCovarianceWideTileAvx2 = 24;
 // The untiled CPU variant's products from this many multiply-adds (n·dx², both triangles) run
 // their row blocks on both cores; below it one core's work (a few microseconds) costs less than
-// waking the other. Parallel, the untiled variant beat the tiled one up to 72 columns at every
-// batch from 16 to 1024 rows (the runtime's kCovarianceCpuTiledFrom). The patch generator keeps
+// waking the other. Parallel, the untiled variant beat or tied the tiled one up to 72 columns at
+// every batch from 16 to 1024 rows (the runtime's kCovarianceCpuTiledFrom). The patch generator keeps
 // its product serial: there the same change measured 7.1-8.5 -> 8.2-12.4 ms (d = 26, 100k patch
 // rows, alternated runs), the gathers of each 1024-row call between the parallel products.
 constexpr int kCovarianceUntiledParallelFrom = 200000;
@@ -147,17 +147,17 @@ public:
       // vector takes a guarded copy of the same loops.
       Func block = gram.in(result);
       block.compute_root();
-      if (parallel_untiled) {
-        block.specialize(dx >= vec && n * dx * dx >= kCovarianceUntiledParallelFrom)
-            .tile(j, i, jo, io, ji, iin, vec, 8, TailStrategy::ShiftInwards)
+      auto register_blocks = [&](Stage s) {
+        return s.tile(j, i, jo, io, ji, iin, vec, 8, TailStrategy::ShiftInwards)
             .vectorize(ji)
-            .unroll(iin)
+            .unroll(iin);
+      };
+      if (parallel_untiled) {
+        register_blocks(
+            block.specialize(dx >= vec && n * dx * dx >= kCovarianceUntiledParallelFrom))
             .parallel(io);
       }
-      block.specialize(dx >= vec)
-          .tile(j, i, jo, io, ji, iin, vec, 8, TailStrategy::ShiftInwards)
-          .vectorize(ji)
-          .unroll(iin);
+      register_blocks(block.specialize(dx >= vec));
       block.tile(j, i, jo, io, ji, iin, vec, 8, TailStrategy::GuardWithIf).vectorize(ji);
       gram.compute_at(block, jo)
           .vectorize(j, vec, TailStrategy::GuardWithIf)

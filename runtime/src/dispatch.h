@@ -75,9 +75,11 @@ int cols_of(const halide_buffer_t *b);
 constexpr int kCovarianceTile = 32;
 // On the CPU, X (not the patches) narrower than this takes the untiled variant even when it is a
 // tile wide or more: its register blocks (both triangles, row blocks on both cores from 200k
-// multiply-adds) ran 1.1-3.5x as fast as the tiled variant's tile pairs, edge strip and
-// write-back from 32 to 72 columns at 16 to 1024 rows, tied at 80-88 and lost from 96 at 512
-// rows and more (side by side, one process, Zen 3 AVX2). K-FAC's factors of small layers (the
+// multiply-adds) ran 1.05-3.5x as fast as the tiled variant's tile pairs, edge strip and
+// write-back from 32 to 72 columns at 16 to 1024 rows (0.98x at 64 columns, 1024 rows). At 80-88
+// columns it was still 1.5-2.1x as fast up to 256 rows but tied from 512, and from 96 columns at
+// 512 rows and more it ran 0.63-0.93x (side by side, one process, Zen 3 AVX2): the switch
+// favours the larger batches. K-FAC's factors of small layers (the
 // cost model's 40, 33, 32 and 24; an autoencoder's 31-wide bottleneck) are of this size.
 constexpr int kCovarianceCpuTiledFrom = 80;
 // X at least this wide takes the covariance kernel's wide-tile CPU variant (kCovarianceWideTile =
