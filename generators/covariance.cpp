@@ -25,8 +25,10 @@ public:
     const Expr d = c_in.dim(0).extent(), dx = x.dim(0).extent(), n = x.dim(1).extent();
     // X̄: X with ones past its last column (the homogeneous column, and the tiled form's padding).
     Func xbar = BoundaryConditions::constant_exterior(x, 1.0f, {{0, dx}, {0, n}});
-    hkfac::gen::CovarianceTiles cov(tiled, hkfac::gen::tile_width(tile, get_target()), c_out, c_in,
-                                    x, xbar, d, dx, n, a, b);
+    const bool gpu = get_target().has_gpu_feature();
+    hkfac::gen::CovarianceTiles cov(tiled, hkfac::gen::tile_width(tile, get_target()),
+                                    gpu ? 0 : natural_vector_size<float>(), c_out, c_in, x, xbar, d,
+                                    dx, n, a, b);
 
     x.dim(0).set_min(0).dim(1).set_min(0);
     c_in.dim(0).set_min(0).dim(1).set_bounds(0, d);
@@ -37,7 +39,7 @@ public:
     a.set_estimate(0.95f);
     b.set_estimate(0.05f);
 
-    if (get_target().has_gpu_feature()) {
+    if (gpu) {
       cov.schedule_gpu();
     } else {
       cov.schedule_cpu(natural_vector_size<float>(), true);

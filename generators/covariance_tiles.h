@@ -5,6 +5,7 @@
 #pragma once
 
 #include <algorithm>
+#include <functional>
 #include <stdexcept>
 #include <string>
 #include <utility>
@@ -113,16 +114,19 @@ inline RegisterBlock register_block(int tile_vecs, int tile, int registers, bool
 //
 // Halide infers bounds for the tile stage even when it has no tiles, and a tile would overhang a
 // C narrower than T: X with fewer columns than that uses the untiled form (tiled = false),
-// which forms the small product whole.
+// which forms the small product whole. X narrower than one vector (`narrow_width`, the CPU's
+// vector width; 0 on the GPU) is first copied into a zero-padded block one vector wide.
 class CovarianceTiles {
 public:
   // Defines `out` (the generator's output, passed as its Func) from c_in, X and the scalars,
-  // with tiles `tile` wide (kCovarianceTile, or kCovarianceWideTile on the CPU).
-  CovarianceTiles(bool tiled, int tile, Halide::Func out, Halide::Func c_in, Halide::Func x,
-                  Halide::Func xbar, Halide::Expr d, Halide::Expr dx, Halide::Expr n,
-                  Halide::Expr a, Halide::Expr b)
-      : result(std::move(out)), tiled_(tiled), tile_(tile), c_in_(std::move(c_in)), d(std::move(d)),
-        dx(std::move(dx)), n(std::move(n)), a(std::move(a)), b(std::move(b)) {
+  // with tiles `tile` wide (kCovarianceTile, or kCovarianceWideTile on the CPU); the untiled
+  // form pads X narrower than `narrow_width` columns (the CPU's vector width, 0 for none).
+  CovarianceTiles(bool tiled, int tile, int narrow_width, Halide::Func out, Halide::Func c_in,
+                  Halide::Func x, Halide::Func xbar, Halide::Expr d, Halide::Expr dx,
+                  Halide::Expr n, Halide::Expr a, Halide::Expr b)
+      : result(std::move(out)), tiled_(tiled), tile_(tile), narrow_width_(narrow_width),
+        c_in_(std::move(c_in)), d(std::move(d)), dx(std::move(dx)), n(std::move(n)),
+        a(std::move(a)), b(std::move(b)) {
     using namespace Halide;
     k = RDom(0, this->n, "k");
     result(j, i) = undef<float>();
@@ -142,9 +146,12 @@ public:
     using namespace Halide;
     Var jo{"jo"}, io{"io"}, ji{"ji"}, iin{"iin"};
     if (!tiled_) {
+      if (narrow_width_ != vec)
+        throw std::invalid_argument("the untiled CPU schedule needs narrow_width = " +
+                                    std::to_string(vec) + ", got " + std::to_string(narrow_width_));
       // Register blocks of one vector x 8 rows. Blocks shift inwards at X's right edge (their
       // overlap recomputes equal values into the block buffer, never into C); X narrower than a
-      // vector takes a guarded copy of the same loops.
+      // vector is one block, or two of rows with AVX-512, over the zero-padded copy.
       Func block = gram.in(result);
       block.compute_root();
       auto register_blocks = [&](Stage s) {
@@ -158,7 +165,11 @@ public:
             .parallel(io);
       }
       register_blocks(block.specialize(dx >= vec));
-      block.tile(j, i, jo, io, ji, iin, vec, 8, TailStrategy::GuardWithIf).vectorize(ji);
+      block.tile(j, i, jo, io, ji, iin, vec, 8, TailStrategy::RoundUp).vectorize(ji).unroll(iin);
+      // The padded copy's rows, a few scalar stores each (computed over one row of zeros when X
+      // is not narrow).
+      narrow.compute_root().bound(j, 0, vec).vectorize(j);
+      narrow.update().unscheduled();
       gram.compute_at(block, jo)
           .vectorize(j, vec, TailStrategy::GuardWithIf)
           .unroll(i, 8, TailStrategy::GuardWithIf);
@@ -170,13 +181,15 @@ public:
       Func sums = col_sum.in(result);
       sums.compute_root();
       sums.specialize(dx >= vec).split(j, jo, ji, vec, TailStrategy::ShiftInwards).vectorize(ji);
-      sums.split(j, jo, ji, vec, TailStrategy::GuardWithIf).vectorize(ji);
+      sums.split(j, jo, ji, vec, TailStrategy::RoundUp).vectorize(ji);
       col_sum.compute_at(sums, jo).vectorize(j, vec, TailStrategy::GuardWithIf);
       col_sum.update().reorder(j, k).vectorize(j, vec, TailStrategy::GuardWithIf);
-      result.update(0).allow_race_conditions().vectorize(all.x, vec, TailStrategy::GuardWithIf);
+      // Narrow X's few entries stay scalar: a vector tail there is masked loads and stores.
+      result.update(0).allow_race_conditions().specialize(dx >= vec).vectorize(
+          all.x, vec, TailStrategy::GuardWithIf);
       result.update(1).unscheduled(); // a single column
-      result.update(2).allow_race_conditions().vectorize(ones_row.x, vec,
-                                                         TailStrategy::GuardWithIf);
+      result.update(2).allow_race_conditions().specialize(dx >= vec).vectorize(
+          ones_row.x, vec, TailStrategy::GuardWithIf);
       return;
     }
     // The register blocks of the tile product and of the strip (register_block).
@@ -318,11 +331,14 @@ private:
   Halide::Func xpack{"xpack"};
   bool tiled_;
   int tile_;
+  int narrow_width_;
   Halide::Func c_in_;
   Halide::Var i{"i"}, j{"j"}, c{"c"}, ii{"ii"}, jj{"jj"}, k_{"k_"}, q{"q"}, t{"t"};
   Halide::Func row_panel{"row_panel"}, col_panel{"col_panel"}, gram{"gram"}, edge{"edge"};
   Halide::Func pair_out{"pair_out"};
   Halide::Func col_sum{"col_sum"};
+  // X narrower than narrow_width_, zero-padded to that width (untiled form, CPU).
+  Halide::Func narrow{"narrow"};
   Halide::Expr d, dx, n, a, b;
   Halide::RDom k, tiles, strip_cols, strip_rows, all, ones_col, ones_row;
 
@@ -385,12 +401,32 @@ private:
 
   // Fewer than T columns: XᵀX whole (its two triangles are the same sums of the same
   // products, bitwise), the ones column's entries from the column sums of X, and n in the corner.
+  //
+  // X narrower than narrow_width_ is read from a copy padded with zero columns to that width,
+  // so that its product is one register block of whole vectors (the padding's entries are
+  // never written). Read in place, the block's vectors were a partial vector each, and Halide's
+  // predicated loads and stores of every accumulator made the update 6-11x slower than
+  // OpenBLAS's ssyrk at 1-7 columns. The copy's rows are none, and the indices into it one
+  // point, unless X is narrow, so wider X pays one row of zeros for it.
   void define_small(Halide::Func x) {
     using namespace Halide;
+    std::function<Expr(const Expr &, const Expr &)> read = [x](const Expr &col, const Expr &row) {
+      return x(col, row);
+    };
+    if (narrow_width_ > 0) {
+      const Expr is_narrow = dx < narrow_width_;
+      narrow(j, k_) = 0.0f;
+      RDom r(0, min(dx, narrow_width_), 0, select(is_narrow, n, 0), "narrow_rows");
+      narrow(r.x, r.y) = x(r.x, r.y);
+      read = [this, x, is_narrow](const Expr &col, const Expr &row) {
+        return select(is_narrow, narrow(select(is_narrow, col, 0), select(is_narrow, row, 0)),
+                      x(select(is_narrow, 0, col), row));
+      };
+    }
     gram(j, i) = 0.0f;
-    gram(j, i) += x(j, k) * x(i, k);
+    gram(j, i) += read(j, k) * read(i, k);
     col_sum(j) = 0.0f;
-    col_sum(j) += x(j, k);
+    col_sum(j) += read(j, k);
 
     all = RDom(0, dx, 0, dx, "all");
     result(all.x, all.y) = a * c_in_(all.x, all.y) + b * gram(all.x, all.y);

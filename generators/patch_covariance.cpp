@@ -55,8 +55,10 @@ public:
     xbar(col, row) = select(col < dx, patch(col, row), 1.0f);
 
     // Narrow tiles only: the covariance kernel's wide CPU variant is not yet measured on patches.
-    hkfac::gen::CovarianceTiles cov(tiled, hkfac::gen::kCovarianceTile, c_out, c_in, patch, xbar, d,
-                                    dx, n, a, b);
+    const bool gpu = get_target().has_gpu_feature();
+    hkfac::gen::CovarianceTiles cov(tiled, hkfac::gen::kCovarianceTile,
+                                    gpu ? 0 : natural_vector_size<float>(), c_out, c_in, patch,
+                                    xbar, d, dx, n, a, b);
 
     images.dim(0).set_min(0).dim(1).set_min(0);
     c_in.dim(0).set_min(0).dim(1).set_bounds(0, d);
@@ -77,7 +79,7 @@ public:
     pad_h.set_estimate(1);
     pad_w.set_estimate(1);
 
-    if (get_target().has_gpu_feature()) {
+    if (gpu) {
       schedule_gpu(cov);
     } else {
       schedule_cpu(cov);

@@ -83,6 +83,20 @@ TEST_P(CovarianceKernels, WidthsAroundOneTileMatchEigen) {
   }
 }
 
+TEST_P(CovarianceKernels, WidthsUnderOneVectorMatchEigen) {
+  const Device dev = GetParam();
+  HKFAC_SKIP_IF_UNAVAILABLE(dev);
+  // On the CPU, X narrower than one vector (8 columns with AVX2, 16 with AVX-512) is copied into
+  // a zero-padded block; 8 and 16 columns are one whole vector, 9 and 17 a vector and a shifted
+  // one. Batches of one row, of fewer rows than the block has, and of many.
+  for (int d = 1; d <= 17; ++d) {
+    for (int n : {1, 6, 300}) {
+      for (bool homogeneous : {false, true})
+        expect_update_matches(dev, d, n, homogeneous, 0.7f, 0.6f, 7 * d + n, 3 * d + n);
+    }
+  }
+}
+
 TEST_P(CovarianceKernels, WidthsAroundTheCpuTiledSwitchMatchEigen) {
   const Device dev = GetParam();
   HKFAC_SKIP_IF_UNAVAILABLE(dev);

@@ -84,6 +84,9 @@ hkfac::bench::Register reg([](bool quick) {
     shapes.push_back({40, 152, true});
     shapes.push_back({40, 1000, true});
     shapes.push_back({65, 1000, true});
+    // Narrower than one vector (7 columns and the ones column): the padded block.
+    shapes.push_back({8, 128, true});
+    shapes.push_back({8, 1000, true});
   }
   std::vector<hkfac::bench::Case> out;
   for (const Shape &s : shapes)
