@@ -1,6 +1,7 @@
-# Dense layer kernels: forward and backward, one library per activation (no runtime branch); the
-# backward pass also as a CPU variant that copies X into rows for dW = Xᵀ dZ, for large batches
-# (kDenseBackwardPackedBatchFrom in runtime/src/dispatch.h).
+# Dense layer kernels: forward and backward, one library per activation (no runtime branch); both
+# also as CPU variants with one-vector tiles for layers with a few outputs (kNarrowColumnsTo),
+# and the backward pass as a CPU variant that copies X into rows for dW = Xᵀ dZ, for large
+# batches (kDenseBackwardPackedBatchFrom in runtime/src/dispatch.h).
 add_halide_generator(hkfac_gen_dense SOURCES dense.cpp)
 foreach (act IN ITEMS identity tanh relu sigmoid)
   hkfac_add_kernel(dense_forward_${act} FROM hkfac_gen_dense GENERATOR hkfac_dense_forward
@@ -9,4 +10,8 @@ foreach (act IN ITEMS identity tanh relu sigmoid)
                    PARAMS activation=${act})
   hkfac_add_kernel(dense_backward_${act}_packed CPU_ONLY FROM hkfac_gen_dense
                    GENERATOR hkfac_dense_backward PARAMS activation=${act} pack_x=true)
+  hkfac_add_kernel(dense_forward_${act}_narrow CPU_ONLY FROM hkfac_gen_dense
+                   GENERATOR hkfac_dense_forward PARAMS activation=${act} narrow_out=true)
+  hkfac_add_kernel(dense_backward_${act}_narrow CPU_ONLY FROM hkfac_gen_dense
+                   GENERATOR hkfac_dense_backward PARAMS activation=${act} narrow_out=true)
 endforeach ()

@@ -49,14 +49,17 @@ Expr derivative_from_output(Act act, const Expr &y) {
   return 1.0f;
 }
 
-// Elementwise outputs: rows in parallel, vectors along a row.
-void schedule_elementwise(Func f, const Var &j, const Var &i, const Target &t) {
+// Elementwise outputs of `cols` columns: rows in parallel, vectors along a row. Rows narrower
+// than a vector stay scalar (a vector would be one masked load or store per row) in blocks of
+// rows large enough to repay a task.
+void schedule_elementwise(Func f, const Var &j, const Var &i, const Expr &cols, const Target &t) {
   if (t.has_gpu_feature()) {
     Var jo("jo"), io("io"), ji("ji"), ii("ii");
     f.gpu_tile(j, i, jo, io, ji, ii, 32, 8, TailStrategy::GuardWithIf);
   } else {
-    f.vectorize(j, t.natural_vector_size<float>(), TailStrategy::GuardWithIf)
-        .parallel(i, 8, TailStrategy::GuardWithIf);
+    const int vec = t.natural_vector_size<float>();
+    f.specialize(cols < vec).parallel(i, 512, TailStrategy::GuardWithIf);
+    f.vectorize(j, vec, TailStrategy::GuardWithIf).parallel(i, 8, TailStrategy::GuardWithIf);
   }
 }
 
@@ -64,6 +67,8 @@ void schedule_elementwise(Func f, const Var &j, const Var &i, const Target &t) {
 class DenseForward : public Generator<DenseForward> {
 public:
   GeneratorParam<Act> activation{"activation", Act::identity, kActNames};
+  // One-vector tiles (CPU), for layers with a few outputs (the dispatch's kNarrowColumnsTo).
+  GeneratorParam<bool> narrow_out{"narrow_out", false};
 
   Input<Buffer<float>> X{"X", 2};
   Input<Buffer<float>> W{"W", 2};
@@ -74,7 +79,7 @@ public:
     Expr batch = X.dim(1).extent(), d_in = X.dim(0).extent(), d_out = W.dim(0).extent();
     x(k, i) = X(k, i);
     w(j, k) = W(j, k);
-    hkfac::sched::Matmul xw("xw", x, w, batch, d_out, d_in, get_target());
+    hkfac::sched::Matmul xw("xw", x, w, batch, d_out, d_in, get_target(), narrow_out);
     bias(j) = b(j);
     Y(j, i) = activate(activation, xw(j, i) + bias(j));
 
@@ -102,6 +107,9 @@ public:
   // Copies X into Xᵀ's rows before dW = Xᵀ dZ (CPU): worth its pass over X only for large
   // batches, so the dispatch picks this variant by shape (kGemmPackedDepthFrom).
   GeneratorParam<bool> pack_x{"pack_x", false};
+  // One-vector tiles for dW = Xᵀ dZ (CPU), whose columns are the layer's outputs: for layers with
+  // a few (the dispatch's kNarrowColumnsTo). dX's columns are the inputs.
+  GeneratorParam<bool> narrow_out{"narrow_out", false};
 
   Input<Buffer<float>> dY{"dY", 2};
   Input<Buffer<float>> Y{"Y", 2};
@@ -124,7 +132,7 @@ public:
 
     x_t(k, i) = X(i, k);
     dz_cols(j, k) = dZ(j, k);
-    hkfac::sched::Matmul xt_dz("xt_dz", x_t, dz_cols, d_in, d_out, batch, get_target());
+    hkfac::sched::Matmul xt_dz("xt_dz", x_t, dz_cols, d_in, d_out, batch, get_target(), narrow_out);
     dW(j, i) = xt_dz(j, i);
 
     RDom r(0, batch, "r");
@@ -143,12 +151,12 @@ public:
 
     dY.dim(0).set_bounds(0, d_out).dim(1).set_bounds(0, batch);
     Y.dim(0).set_bounds(0, d_out).dim(1).set_bounds(0, batch);
-    schedule_elementwise(dZ, j, i, get_target());
+    schedule_elementwise(dZ, j, i, d_out, get_target());
     dz_wt.schedule(dX, j, i);
     if (pack_x)
       xt_dz.pack_a();
     xt_dz.schedule(dW, j, i);
-    schedule_column_sum(r);
+    schedule_column_sum(r, d_out);
   }
 
 private:
@@ -159,7 +167,7 @@ private:
   // live in an internal (aligned) buffer: Halide 14 emits a vector tail's masked loads and
   // stores with the alignment implied by the index alone, which a 1-D user buffer need not
   // have; db itself is then a plain scalar copy of d_out floats.
-  void schedule_column_sum(const RDom &r) {
+  void schedule_column_sum(const RDom &r, const Expr &cols) {
     col_sum.compute_root();
     if (get_target().has_gpu_feature()) {
       Var jo("jo"), ji("ji");
@@ -168,8 +176,10 @@ private:
       db.gpu_tile(j, jo, ji, 64, TailStrategy::GuardWithIf);
     } else {
       const int vec = natural_vector_size<float>();
-      col_sum.vectorize(j, vec, TailStrategy::GuardWithIf);
-      col_sum.update().reorder(j, r.x).vectorize(j, vec, TailStrategy::GuardWithIf);
+      col_sum.specialize(cols >= vec).vectorize(j, vec, TailStrategy::GuardWithIf);
+      col_sum.update().reorder(j, r.x);
+      // Fewer columns than a vector: scalar sums (a vector would be masked loads of every row).
+      col_sum.update().specialize(cols >= vec).vectorize(j, vec, TailStrategy::GuardWithIf);
     }
   }
 };

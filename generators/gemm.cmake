@@ -1,4 +1,5 @@
-# General matrix multiply: one kernel library per (transpose_a, transpose_b) pair, plus a CPU
+# General matrix multiply: one kernel library per (transpose_a, transpose_b) pair, each also as a
+# CPU variant with one-vector tiles for C with a few columns (kNarrowColumnsTo), plus a CPU
 # variant of the transposed-A product that copies A into rows first, for deep products
 # (kGemmPackedDepthFrom in runtime/src/dispatch.h).
 add_halide_generator(hkfac_gen_gemm SOURCES gemm.cpp)
@@ -14,6 +15,8 @@ foreach (ta IN ITEMS n t)
     endif ()
     hkfac_add_kernel(gemm_${ta}${tb} FROM hkfac_gen_gemm GENERATOR hkfac_gemm
                      PARAMS transpose_a=${ta_bool} transpose_b=${tb_bool})
+    hkfac_add_kernel(gemm_${ta}${tb}_narrow CPU_ONLY FROM hkfac_gen_gemm GENERATOR hkfac_gemm
+                     PARAMS transpose_a=${ta_bool} transpose_b=${tb_bool} narrow=true)
   endforeach ()
 endforeach ()
 hkfac_add_kernel(gemm_tn_packed CPU_ONLY FROM hkfac_gen_gemm GENERATOR hkfac_gemm

@@ -14,6 +14,8 @@ public:
   // Copies a transposed A into rows before the product (CPU): worth its pass over A only for
   // deep products, so the dispatch picks this variant by shape.
   GeneratorParam<bool> pack_a{"pack_a", false};
+  // One-vector tiles (CPU), for C with a few columns (the dispatch's kNarrowColumnsTo).
+  GeneratorParam<bool> narrow{"narrow", false};
 
   Input<Buffer<float>> A{"A", 2};
   Input<Buffer<float>> B{"B", 2};
@@ -32,7 +34,7 @@ public:
     op_a(k, i) = transpose_a ? A(i, k) : A(k, i);
     op_b(j, k) = transpose_b ? B(k, j) : B(j, k);
 
-    hkfac::sched::Matmul ab("ab", op_a, op_b, m, n, depth, get_target());
+    hkfac::sched::Matmul ab("ab", op_a, op_b, m, n, depth, get_target(), narrow);
     C(j, i) = select(beta == 0.0f, alpha * ab(j, i), alpha * ab(j, i) + beta * C_in(j, i));
 
     A.set_estimates({{0, 1000}, {0, 1000}});

@@ -12,7 +12,8 @@
 //    pack_a() adds a copy of a into rows first (a_copy), for a transposed a in deep products.
 //  * CPU: a tile is 3 vectors x 8 rows = 24 accumulators (4 rows = 12 with AVX2's 16 vector
 //    registers) held in registers while k runs innermost (per k: 3 vector loads of the packed
-//    panel, one broadcast of a per row, 3 FMAs per row). A
+//    panel, one broadcast of a per row, 3 FMAs per row). Narrow products (`narrow`: n of at
+//    most kNarrowColumnsTo, a layer with a few outputs) take tiles of 1 vector x 8 rows. A
 //    parallel task is a block of rows x a block of column panels; for each column panel and
 //    k-slice of kKSlice, the b panel slice is packed once into a fixed-size stack buffer (L1
 //    sized, never malloc'd: large per-call heap buffers cost more in page faults than packing
@@ -38,12 +39,18 @@ namespace hkfac::sched {
 class Matmul {
 public:
   // a(k, i): i < m rows, k < depth; b(j, k): j < n columns. a and b are usually inlined Funcs
-  // (transposes, elementwise scaling) over the real inputs.
+  // (transposes, elementwise scaling) over the real inputs. `narrow` (CPU; the GPU ignores it)
+  // takes one-vector tiles, for the dispatch to pick when n <= kNarrowColumnsTo: a 3-vector
+  // tile there computes 24 (AVX2) or 48 columns, mostly of zero padding, per row of n. Side by
+  // side (gemm NN, AVX2) the narrow tiles were 2.2-3.7x as fast at 1-8 columns and 1.1-1.4x at
+  // 12-16, and mixed at 20 (0.86-1.73x).
   Matmul(const std::string &name, Halide::Func a, Halide::Func b, Halide::Expr m, Halide::Expr n,
-         Halide::Expr depth, const Halide::Target &target)
-      : m_(m), n_(n), depth_(depth), gpu_(target.has_gpu_feature()),
-        vec_(gpu_ ? 1 : target.natural_vector_size<float>()), cols_(gpu_ ? 64 : 3 * vec_),
-        rows_(gpu_ ? 32 : cpu_tile_rows(vec_)), a_copy_(name + "_a_copy"),
+         Halide::Expr depth, const Halide::Target &target, bool narrow = false)
+      : m_(m), n_(n), depth_(depth), gpu_(target.has_gpu_feature()), narrow_(narrow && !gpu_),
+        vec_(gpu_ ? 1 : target.natural_vector_size<float>()),
+        cols_(gpu_ ? 64 : (narrow_ ? 1 : 3) * vec_),
+        rows_(gpu_ ? 32 : (narrow_ ? kNarrowRows : cpu_tile_rows(vec_))),
+        tiles_per_task_(narrow_ ? kTilesPerTask / 2 : kTilesPerTask), a_copy_(name + "_a_copy"),
         a_rows_(name + "_a_rows"), b_pack_(name + "_b_pack"), tile_(name + "_tile") {
     using namespace Halide;
     RDom k(0, depth, name + "_k");
@@ -82,23 +89,25 @@ public:
     // re-packed, column blocks keep both cores busy when m is small.
     out.split(i, it, ii, rows_, TailStrategy::GuardWithIf)
         .split(j, jt, jj, cols_, TailStrategy::GuardWithIf)
-        .split(it, rb, itt, kTilesPerTask, TailStrategy::GuardWithIf)
+        .split(it, rb, itt, tiles_per_task_, TailStrategy::GuardWithIf)
         .split(jt, cb, jtt, kPanelsPerTask, TailStrategy::GuardWithIf)
         .reorder(jj, ii, itt, jtt, cb, rb)
         .fuse(cb, rb, task)
         .parallel(task)
-        .split(jj, jj, jv, vec_, TailStrategy::Predicate)
-        .vectorize(jv)
-        .unroll(jj)
         .unroll(ii);
+    if (narrow_) {
+      // Fewer columns than a vector: scalar stores, where a vector would be a masked store.
+      out.specialize(n_ < vec_).unroll(jj);
+    }
+    out.split(jj, jj, jv, vec_, TailStrategy::Predicate).vectorize(jv).unroll(jj);
 
-    // One column panel of the task's row block: kTilesPerTask tiles of accumulators.
+    // One column panel of the task's row block: tiles_per_task_ tiles of accumulators.
     Var tv("tv");
     tile_.compute_at(out, jtt)
         .bound(jj_, 0, cols_)
         .bound(ii_, 0, rows_)
         .bound_storage(jt_, 1)
-        .bound_storage(it_, kTilesPerTask)
+        .bound_storage(it_, tiles_per_task_)
         .store_in(MemoryType::Stack)
         .split(jj_, jj_, tv, vec_)
         .vectorize(tv)
@@ -198,15 +207,21 @@ private:
   }
 
   Halide::Expr m_, n_, depth_;
-  bool gpu_;
+  bool gpu_, narrow_;
   bool pack_a_ = false;
   int vec_, cols_, rows_;
+  // Tiles per task: kTilesPerTask, halved for the narrow tiles' twice as many rows (AVX2), so a
+  // task keeps its 128 rows: with 256, dW of a 250 x 10 layer at batch 128 was one task, on one
+  // core, and ran slower than with the 3-vector tiles.
+  int tiles_per_task_;
   Halide::Var jj_{"jj"}, ii_{"ii"}, jt_{"jt"}, it_{"it"}, kv_{"kv"};
   Halide::RVar k_;
   // Tiles (rows) and column panels per parallel task, and the k-slice length: a packed b slice
   // (cols x kKSlice floats, 24 KiB) stays in L1 while the task's tiles stream a past it.
   // Measured side by side: 3x8 tiles beat 4x6 and 2x12; kKSlice 256 ties 128.
   static constexpr int kTilesPerTask = 32, kPanelsPerTask = 4, kKSlice = 128;
+  // Rows of a narrow tile: 8 accumulators, as many as the FMA units keep in flight.
+  static constexpr int kNarrowRows = 8;
   Halide::Func a_copy_, a_rows_, b_pack_, tile_;
 };
 

@@ -99,6 +99,12 @@ constexpr long kGemmPackedOutputsFrom = 256L * 256;
 // at batches 512 and 1000, but 0.89-1.04x at 256, where dW is a smaller part of it.
 constexpr int kDenseBackwardPackedBatchFrom = 512;
 
+// Products with at most this many output columns (dense layers' outputs, gemm's C) take the CPU
+// variants with one-vector tiles (generators/matmul_schedule.h, `narrow`): side by side with the
+// 3-vector tiles (gemm NN, AVX2) they were 2.2-3.7x as fast at 1-8 columns, 1.1-1.4x at 12-16,
+// and mixed at 20 (0.86-1.73x).
+constexpr int kNarrowColumnsTo = 16;
+
 // Rows per call when a CPU covariance kernel's reduction is blocked (for_each_row_block): each
 // call packs its rows into column panels, and beyond a few thousand rows the panels no longer
 // stay in cache while the tile pairs stream them. With patch rows of convolutions (d = 26 to 577,

@@ -17,11 +17,12 @@ using testing::to_eigen_d;
 const Activation kActivations[] = {Activation::identity, Activation::tanh, Activation::relu,
                                    Activation::sigmoid};
 
-// (batch, d_in, d_out): each awkward extent in each role, plus an autoencoder layer, and a batch
-// large enough for the CPU's packed backward variant (kDenseBackwardPackedBatchFrom).
+// (batch, d_in, d_out): each awkward extent in each role, plus an autoencoder layer, a batch
+// large enough for the CPU's packed backward variant (kDenseBackwardPackedBatchFrom), and the
+// outputs on both sides of the CPU's narrow variants (kNarrowColumnsTo = 16).
 const std::vector<std::tuple<int, int, int>> kShapes = {
-    {1, 1, 1},     {7, 129, 1},   {129, 1, 7},    {1, 7, 129},
-    {33, 1001, 7}, {7, 33, 1001}, {128, 250, 30}, {513, 257, 259}};
+    {1, 1, 1},     {7, 129, 1},    {129, 1, 7},     {1, 7, 129},  {33, 1001, 7},
+    {7, 33, 1001}, {128, 250, 30}, {513, 257, 259}, {37, 20, 16}, {37, 20, 17}};
 
 Eigen::MatrixXd activate(Activation act, const Eigen::MatrixXd &z) {
   switch (act) {

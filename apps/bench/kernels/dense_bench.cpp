@@ -151,6 +151,11 @@ hkfac::bench::Register reg([](bool quick) {
     for (auto &l : layers)
       out.push_back(backward_case(batch, l[0], l[1]));
   }
+  // A regression head (one output) and a few-class one: the CPU's narrow variants.
+  for (int d_out : {1, 10}) {
+    out.push_back(forward_case(128, 250, d_out));
+    out.push_back(backward_case(128, 250, d_out));
+  }
   return out;
 });
 

@@ -3,17 +3,25 @@
 
 #include "dispatch.h"
 #include "hkfac_k_dense_backward_identity_cpu.h"
+#include "hkfac_k_dense_backward_identity_narrow_cpu.h"
 #include "hkfac_k_dense_backward_identity_packed_cpu.h"
 #include "hkfac_k_dense_backward_relu_cpu.h"
+#include "hkfac_k_dense_backward_relu_narrow_cpu.h"
 #include "hkfac_k_dense_backward_relu_packed_cpu.h"
 #include "hkfac_k_dense_backward_sigmoid_cpu.h"
+#include "hkfac_k_dense_backward_sigmoid_narrow_cpu.h"
 #include "hkfac_k_dense_backward_sigmoid_packed_cpu.h"
 #include "hkfac_k_dense_backward_tanh_cpu.h"
+#include "hkfac_k_dense_backward_tanh_narrow_cpu.h"
 #include "hkfac_k_dense_backward_tanh_packed_cpu.h"
 #include "hkfac_k_dense_forward_identity_cpu.h"
+#include "hkfac_k_dense_forward_identity_narrow_cpu.h"
 #include "hkfac_k_dense_forward_relu_cpu.h"
+#include "hkfac_k_dense_forward_relu_narrow_cpu.h"
 #include "hkfac_k_dense_forward_sigmoid_cpu.h"
+#include "hkfac_k_dense_forward_sigmoid_narrow_cpu.h"
 #include "hkfac_k_dense_forward_tanh_cpu.h"
+#include "hkfac_k_dense_forward_tanh_narrow_cpu.h"
 #if HKFAC_HAVE_CUDA
 #include "hkfac_k_dense_backward_identity_cuda.h"
 #include "hkfac_k_dense_backward_relu_cuda.h"
@@ -27,6 +35,28 @@
 
 namespace hkfac::kernels {
 
+namespace {
+
+using ForwardKernel = int (*)(halide_buffer_t *, halide_buffer_t *, halide_buffer_t *,
+                              halide_buffer_t *);
+
+// The CPU variants with one-vector tiles, for layers with a few outputs (kNarrowColumnsTo).
+ForwardKernel narrow_forward(Activation act) {
+  switch (act) {
+  case Activation::identity:
+    return hkfac_k_dense_forward_identity_narrow_cpu;
+  case Activation::tanh:
+    return hkfac_k_dense_forward_tanh_narrow_cpu;
+  case Activation::relu:
+    return hkfac_k_dense_forward_relu_narrow_cpu;
+  case Activation::sigmoid:
+    break;
+  }
+  return hkfac_k_dense_forward_sigmoid_narrow_cpu;
+}
+
+} // namespace
+
 void dense_forward(Buffer<float> &Y, const Buffer<float> &X, const Buffer<float> &W,
                    const Buffer<float> &b, Activation act, Device dev) {
   constexpr const char *k = "dense_forward";
@@ -38,6 +68,11 @@ void dense_forward(Buffer<float> &Y, const Buffer<float> &X, const Buffer<float>
   detail::expect_matrix(Y.raw_buffer(), batch, d_out, k, "Y");
   detail::AlignedArgs args(dev);
   halide_buffer_t *x = args.in(X), *w = args.in(W), *bias = args.in(b), *y = args.out(Y);
+  if (dev == Device::cpu && d_out <= detail::kNarrowColumnsTo) {
+    detail::check_halide_result(narrow_forward(act)(x, w, bias, y), "dense_forward_narrow", dev);
+    args.commit();
+    return;
+  }
   switch (act) {
   case Activation::identity:
     HKFAC_RUN(dense_forward_identity, dev, x, w, bias, y);
@@ -75,6 +110,20 @@ BackwardKernel packed_backward(Activation act) {
   return hkfac_k_dense_backward_sigmoid_packed_cpu;
 }
 
+BackwardKernel narrow_backward(Activation act) {
+  switch (act) {
+  case Activation::identity:
+    return hkfac_k_dense_backward_identity_narrow_cpu;
+  case Activation::tanh:
+    return hkfac_k_dense_backward_tanh_narrow_cpu;
+  case Activation::relu:
+    return hkfac_k_dense_backward_relu_narrow_cpu;
+  case Activation::sigmoid:
+    break;
+  }
+  return hkfac_k_dense_backward_sigmoid_narrow_cpu;
+}
+
 } // namespace
 
 void dense_backward(Buffer<float> &dZ, Buffer<float> &dX, Buffer<float> &dW, Buffer<float> &db,
@@ -94,6 +143,13 @@ void dense_backward(Buffer<float> &dZ, Buffer<float> &dX, Buffer<float> &dW, Buf
   detail::AlignedArgs args(dev);
   halide_buffer_t *dy = args.in(dY), *y = args.in(Y), *x = args.in(X), *w = args.in(W),
                   *dz = args.out(dZ), *dx = args.out(dX), *dw = args.out(dW), *dbias = args.out(db);
+  // A few outputs: dW = Xᵀ dZ has that many columns (dX's are the inputs).
+  if (dev == Device::cpu && d_out <= detail::kNarrowColumnsTo) {
+    detail::check_halide_result(narrow_backward(act)(dy, y, x, w, dz, dx, dw, dbias),
+                                "dense_backward_narrow", dev);
+    args.commit();
+    return;
+  }
   if (dev == Device::cpu && batch >= detail::kDenseBackwardPackedBatchFrom &&
       long(d_in) * d_out >= detail::kGemmPackedOutputsFrom) {
     detail::check_halide_result(packed_backward(act)(dy, y, x, w, dz, dx, dw, dbias),

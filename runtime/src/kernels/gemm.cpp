@@ -3,10 +3,14 @@
 
 #include "dispatch.h"
 #include "hkfac_k_gemm_nn_cpu.h"
+#include "hkfac_k_gemm_nn_narrow_cpu.h"
 #include "hkfac_k_gemm_nt_cpu.h"
+#include "hkfac_k_gemm_nt_narrow_cpu.h"
 #include "hkfac_k_gemm_tn_cpu.h"
+#include "hkfac_k_gemm_tn_narrow_cpu.h"
 #include "hkfac_k_gemm_tn_packed_cpu.h"
 #include "hkfac_k_gemm_tt_cpu.h"
+#include "hkfac_k_gemm_tt_narrow_cpu.h"
 #if HKFAC_HAVE_CUDA
 #include "hkfac_k_gemm_nn_cuda.h"
 #include "hkfac_k_gemm_nt_cuda.h"
@@ -31,7 +35,12 @@ void gemm(Buffer<float> &C, const Buffer<float> &A, Transpose ta, const Buffer<f
   detail::expect_extent(B.raw_buffer(), bt ? 1 : 0, n, k, "B");
   detail::AlignedArgs args(dev);
   halide_buffer_t *c = args.out(C), *a = args.in(A), *b = args.in(B);
-  if (!at && !bt) {
+  if (dev == Device::cpu && n <= detail::kNarrowColumnsTo) {
+    // C with a few columns: the variants with one-vector tiles.
+    auto narrow = !at ? (!bt ? hkfac_k_gemm_nn_narrow_cpu : hkfac_k_gemm_nt_narrow_cpu)
+                      : (!bt ? hkfac_k_gemm_tn_narrow_cpu : hkfac_k_gemm_tt_narrow_cpu);
+    detail::check_halide_result(narrow(a, b, c, alpha, beta, c), "gemm_narrow", dev);
+  } else if (!at && !bt) {
     HKFAC_RUN(gemm_nn, dev, a, b, c, alpha, beta, c);
   } else if (!at && bt) {
     HKFAC_RUN(gemm_nt, dev, a, b, c, alpha, beta, c);
