@@ -27,8 +27,8 @@ public:
     Func xbar = BoundaryConditions::constant_exterior(x, 1.0f, {{0, dx}, {0, n}});
     const bool gpu = get_target().has_gpu_feature();
     hkfac::gen::CovarianceTiles cov(tiled, hkfac::gen::tile_width(tile, get_target()),
-                                    gpu ? 0 : natural_vector_size<float>(), c_out, c_in, x, xbar, d,
-                                    dx, n, a, b);
+                                    gpu ? 0 : natural_vector_size<float>(), /*x_padded=*/false,
+                                    c_out, c_in, x, xbar, d, dx, n, a, b);
 
     x.dim(0).set_min(0).dim(1).set_min(0);
     c_in.dim(0).set_min(0).dim(1).set_bounds(0, d);

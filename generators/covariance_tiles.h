@@ -32,12 +32,12 @@ constexpr int kCovarianceWideTile = 48;
 // broadcasts per 12 FMAs against 6 per 8) with a strip under 24 columns: on a Zen 3 host it was
 // 3-26% faster than 32-wide at d = 785 and 1001 (n = 128 to 1000, run by run), mixed at d <= 501.
 constexpr int kCovarianceWideTileAvx2 = 24;
-// The untiled CPU variant's products from this many multiply-adds (n·dx², both triangles) run
-// their row blocks on both cores; below it one core's work (a few microseconds) costs less than
-// waking the other. Parallel, the untiled variant beat or tied the tiled one up to 72 columns at
-// every batch from 16 to 1024 rows (the runtime's kCovarianceCpuTiledFrom). The patch generator keeps
-// its product serial: there the same change measured 7.1-8.5 -> 8.2-12.4 ms (d = 26, 100k patch
-// rows, alternated runs), the gathers of each 1024-row call between the parallel products.
+// The untiled CPU variant's products from this many n·dx² (about twice the multiply-adds its
+// blocks do) run their rows of blocks on both cores; below it one core's work (a few
+// microseconds) costs less than waking the other (where the untiled variant beats the tiled one:
+// the runtime's kCovarianceCpuTiledFrom). The patch generator keeps its product serial: there
+// the same change measured 7.1-8.5 -> 8.2-12.4 ms (d = 26, 100k patch rows, alternated runs),
+// the gathers of each 1024-row call between the parallel products.
 constexpr int kCovarianceUntiledParallelFrom = 200000;
 
 // The tile width a generator's `tile` parameter asks for, checked against the target. The GPU
@@ -114,19 +114,22 @@ inline RegisterBlock register_block(int tile_vecs, int tile, int registers, bool
 //
 // Halide infers bounds for the tile stage even when it has no tiles, and a tile would overhang a
 // C narrower than T: X with fewer columns than that uses the untiled form (tiled = false),
-// which forms the small product whole. X narrower than one vector (`narrow_width`, the CPU's
-// vector width; 0 on the GPU) is first copied into a zero-padded block one vector wide.
+// which forms the small product whole, on the CPU in blocks one vector wide (`block_width`, the
+// CPU's vector width; 0 on the GPU). A block may reach past X's last column only when X is
+// narrower than a block: X read from a buffer is then first copied into a zero-padded block,
+// while a Func that is computed over whatever its readers need (`x_padded`: the patch matrix,
+// realized in whole vectors) is read as it is.
 class CovarianceTiles {
 public:
   // Defines `out` (the generator's output, passed as its Func) from c_in, X and the scalars,
   // with tiles `tile` wide (kCovarianceTile, or kCovarianceWideTile on the CPU); the untiled
-  // form pads X narrower than `narrow_width` columns (the CPU's vector width, 0 for none).
-  CovarianceTiles(bool tiled, int tile, int narrow_width, Halide::Func out, Halide::Func c_in,
-                  Halide::Func x, Halide::Func xbar, Halide::Expr d, Halide::Expr dx,
-                  Halide::Expr n, Halide::Expr a, Halide::Expr b)
-      : result(std::move(out)), tiled_(tiled), tile_(tile), narrow_width_(narrow_width),
-        c_in_(std::move(c_in)), d(std::move(d)), dx(std::move(dx)), n(std::move(n)),
-        a(std::move(a)), b(std::move(b)) {
+  // form's blocks are `block_width` wide (the CPU's vector width; 0 on the GPU, which has none).
+  CovarianceTiles(bool tiled, int tile, int block_width, bool x_padded, Halide::Func out,
+                  Halide::Func c_in, Halide::Func x, Halide::Func xbar, Halide::Expr d,
+                  Halide::Expr dx, Halide::Expr n, Halide::Expr a, Halide::Expr b)
+      : result(std::move(out)), tiled_(tiled), tile_(tile), block_width_(block_width),
+        x_padded_(x_padded), c_in_(std::move(c_in)), d(std::move(d)), dx(std::move(dx)),
+        n(std::move(n)), a(std::move(a)), b(std::move(b)) {
     using namespace Halide;
     k = RDom(0, this->n, "k");
     result(j, i) = undef<float>();
@@ -146,37 +149,31 @@ public:
     using namespace Halide;
     Var jo{"jo"}, io{"io"}, ji{"ji"}, iin{"iin"};
     if (!tiled_) {
-      if (narrow_width_ != vec)
-        throw std::invalid_argument("the untiled CPU schedule needs narrow_width = " +
-                                    std::to_string(vec) + ", got " + std::to_string(narrow_width_));
-      // Register blocks of one vector x 8 rows. Blocks shift inwards at X's right edge (their
-      // overlap recomputes equal values into the block buffer, never into C); X narrower than a
-      // vector is one block, or two of rows with AVX-512, over the zero-padded copy.
-      Func block = gram.in(result);
-      block.compute_root();
-      auto register_blocks = [&](Stage s) {
-        return s.tile(j, i, jo, io, ji, iin, vec, 8, TailStrategy::ShiftInwards)
-            .vectorize(ji)
-            .unroll(iin);
-      };
+      if (block_width_ != vec)
+        throw std::invalid_argument("the untiled CPU schedule needs block_width = " +
+                                    std::to_string(vec) + ", got " + std::to_string(block_width_));
+      // The block pairs (define_small): each block's vec accumulators (one vector of columns x
+      // vec rows) stay in registers while k runs, then the block and its transpose are stored.
+      // Rows of blocks go to both cores for large products; X narrower than a vector is one
+      // block over its zero-padded copy.
+      gram.compute_root();
+      Stage pairs = gram.update();
+      pairs.allow_race_conditions().vectorize(blocks[0]).unroll(blocks[1]).unroll(blocks[2]);
       if (parallel_untiled) {
-        register_blocks(
-            block.specialize(dx >= vec && n * dx * dx >= kCovarianceUntiledParallelFrom))
-            .parallel(io);
+        pairs.specialize(dx >= vec && n * dx * dx >= kCovarianceUntiledParallelFrom)
+            .parallel(blocks[4]);
       }
-      register_blocks(block.specialize(dx >= vec));
-      block.tile(j, i, jo, io, ji, iin, vec, 8, TailStrategy::RoundUp).vectorize(ji).unroll(iin);
-      // The padded copy's rows, a few scalar stores each (computed over one row of zeros when X
-      // is not narrow).
-      narrow.compute_root().bound(j, 0, vec).vectorize(j);
-      narrow.update().unscheduled();
-      gram.compute_at(block, jo)
-          .vectorize(j, vec, TailStrategy::GuardWithIf)
-          .unroll(i, 8, TailStrategy::GuardWithIf);
-      gram.update()
-          .reorder(j, i, k)
-          .vectorize(j, vec, TailStrategy::GuardWithIf)
-          .unroll(i, 8, TailStrategy::GuardWithIf);
+      // Whole vectors of X: a plain vector load per block column (the narrow branch's selects
+      // would otherwise make every load a gather).
+      pairs.specialize(dx >= vec);
+      block_gram.compute_at(gram, blocks[3]).vectorize(u_).unroll(v_);
+      block_gram.update().reorder(u_, v_, k).vectorize(u_).unroll(v_);
+      if (!x_padded_) {
+        // The padded copy's rows, a few scalar stores each (computed over one row of zeros when
+        // X is not narrow).
+        narrow.compute_root().bound(j, 0, vec).vectorize(j);
+        narrow.update().unscheduled();
+      }
       // Column sums by the same pattern: one register accumulator per vector of columns.
       Func sums = col_sum.in(result);
       sums.compute_root();
@@ -331,14 +328,19 @@ private:
   Halide::Func xpack{"xpack"};
   bool tiled_;
   int tile_;
-  int narrow_width_;
+  int block_width_;
+  bool x_padded_;
   Halide::Func c_in_;
   Halide::Var i{"i"}, j{"j"}, c{"c"}, ii{"ii"}, jj{"jj"}, k_{"k_"}, q{"q"}, t{"t"};
   Halide::Func row_panel{"row_panel"}, col_panel{"col_panel"}, gram{"gram"}, edge{"edge"};
   Halide::Func pair_out{"pair_out"};
   Halide::Func col_sum{"col_sum"};
-  // X narrower than narrow_width_, zero-padded to that width (untiled form, CPU).
+  // X narrower than block_width_, zero-padded to that width (untiled form, CPU, X a buffer).
   Halide::Func narrow{"narrow"};
+  // The untiled CPU form's block products and their pairs (define_small).
+  Halide::Func block_gram{"block_gram"};
+  Halide::Var u_{"u"}, v_{"v"}, jb_{"jb"}, ib_{"ib"};
+  Halide::RDom blocks;
   Halide::Expr d, dx, n, a, b;
   Halide::RDom k, tiles, strip_cols, strip_rows, all, ones_col, ones_row;
 
@@ -400,31 +402,60 @@ private:
   }
 
   // Fewer than T columns: XᵀX whole (its two triangles are the same sums of the same
-  // products, bitwise), the ones column's entries from the column sums of X, and n in the corner.
+  // products, bitwise; on the CPU one triangle of blocks, mirrored), the ones column's entries
+  // from the column sums of X, and n in the corner.
   //
-  // X narrower than narrow_width_ is read from a copy padded with zero columns to that width,
-  // so that its product is one register block of whole vectors (the padding's entries are
-  // never written). Read in place, the block's vectors were a partial vector each, and Halide's
-  // predicated loads and stores of every accumulator made the update 6-11x slower than
-  // OpenBLAS's ssyrk at 1-7 columns. The copy's rows are none, and the indices into it one
-  // point, unless X is narrow, so wider X pays one row of zeros for it.
+  // X (a buffer) narrower than block_width_ is read from a copy padded with zero columns to
+  // that width, so that its product is one register block of whole vectors (the padding's
+  // entries are never written). Read in place, the block's vectors were a partial vector each,
+  // and Halide's predicated loads and stores of every accumulator made the update 6-11x slower
+  // than OpenBLAS's ssyrk at 1-7 columns. The copy's rows are none, and the indices into it one
+  // point, unless X is narrow, so wider X pays one row of zeros for it. (Those selects between
+  // the copy and X must fold away in the blocks' code: where the simplifier could not prove the
+  // patch generator's dx, a product of three scalars, wide, every load became a gather and its
+  // update ran 2-2.5x slower; the patch matrix needs no copy, x_padded.)
   void define_small(Halide::Func x) {
     using namespace Halide;
     std::function<Expr(const Expr &, const Expr &)> read = [x](const Expr &col, const Expr &row) {
       return x(col, row);
     };
-    if (narrow_width_ > 0) {
-      const Expr is_narrow = dx < narrow_width_;
+    if (block_width_ > 0 && !x_padded_) {
+      const Expr is_narrow = dx < block_width_;
       narrow(j, k_) = 0.0f;
-      RDom r(0, min(dx, narrow_width_), 0, select(is_narrow, n, 0), "narrow_rows");
+      RDom r(0, min(dx, block_width_), 0, select(is_narrow, n, 0), "narrow_rows");
       narrow(r.x, r.y) = x(r.x, r.y);
       read = [this, x, is_narrow](const Expr &col, const Expr &row) {
         return select(is_narrow, narrow(select(is_narrow, col, 0), select(is_narrow, row, 0)),
                       x(select(is_narrow, 0, col), row));
       };
     }
-    gram(j, i) = 0.0f;
-    gram(j, i) += read(j, k) * read(i, k);
+    if (block_width_ > 0) {
+      // CPU: XᵀX by square blocks one vector wide (V columns x V rows), only those on or above
+      // the diagonal (block column >= block row); each is stored as is and, off the diagonal,
+      // transposed into the block below it, so gram holds the whole symmetric product, the
+      // mirrored entries bitwise equal (the same products summed in the same order). Blocks
+      // shift inwards at X's edge; overlapping blocks store equal values. Forming both triangles
+      // instead, the update ran 1.1-1.7x slower at 20-79 columns (side by side, one process) and
+      // lost to the tiled variant from 72-96 columns; now it wins to about 176 columns
+      // (kCovarianceCpuTiledFrom).
+      const int V = block_width_;
+      const Expr is_narrow = dx < V;
+      auto start = [&](const Expr &blk) { return select(is_narrow, 0, min(blk * V, dx - V)); };
+      block_gram(u_, v_, jb_, ib_) = 0.0f;
+      block_gram(u_, v_, jb_, ib_) += read(start(jb_) + u_, k) * read(start(ib_) + v_, k);
+      const Expr nb = select(is_narrow, 1, (dx + V - 1) / V);
+      blocks = RDom(0, V, 0, V, 0, 2, 0, nb, 0, nb, "blocks");
+      RVar u = blocks[0], v = blocks[1], side = blocks[2], jb = blocks[3], ib = blocks[4];
+      // Halide restricts the block column's loop to jb >= ib rather than testing it.
+      blocks.where(jb >= ib && (side == 0 || jb > ib));
+      const Expr upper = side == 0;
+      gram(j, i) = undef<float>();
+      gram(select(upper, start(jb), start(ib)) + u, select(upper, start(ib), start(jb)) + v) =
+          block_gram(select(upper, u, v), select(upper, v, u), jb, ib);
+    } else {
+      gram(j, i) = 0.0f;
+      gram(j, i) += read(j, k) * read(i, k);
+    }
     col_sum(j) = 0.0f;
     col_sum(j) += read(j, k);
 

@@ -55,10 +55,12 @@ public:
     xbar(col, row) = select(col < dx, patch(col, row), 1.0f);
 
     // Narrow tiles only: the covariance kernel's wide CPU variant is not yet measured on patches.
+    // The patch matrix is a Func, computed over whatever columns the untiled form's blocks read
+    // (x_padded): no zero-padded copy of narrow patches is needed.
     const bool gpu = get_target().has_gpu_feature();
     hkfac::gen::CovarianceTiles cov(tiled, hkfac::gen::kCovarianceTile,
-                                    gpu ? 0 : natural_vector_size<float>(), c_out, c_in, patch,
-                                    xbar, d, dx, n, a, b);
+                                    gpu ? 0 : natural_vector_size<float>(), /*x_padded=*/true,
+                                    c_out, c_in, patch, xbar, d, dx, n, a, b);
 
     images.dim(0).set_min(0).dim(1).set_min(0);
     c_in.dim(0).set_min(0).dim(1).set_bounds(0, d);

@@ -74,14 +74,14 @@ int cols_of(const halide_buffer_t *b);
 // tiled variants need X (or the patches) at least one tile wide; narrower goes to the untiled.
 constexpr int kCovarianceTile = 32;
 // On the CPU, X (not the patches) narrower than this takes the untiled variant even when it is a
-// tile wide or more: its register blocks (both triangles, row blocks on both cores from 200k
-// multiply-adds) ran 1.05-3.5x as fast as the tiled variant's tile pairs, edge strip and
-// write-back from 32 to 72 columns at 16 to 1024 rows (0.98x at 64 columns, 1024 rows). At 80-88
-// columns it was still 1.5-2.1x as fast up to 256 rows but tied from 512, and from 96 columns at
-// 512 rows and more it ran 0.63-0.93x (side by side, one process, Zen 3 AVX2): the switch
-// favours the larger batches. K-FAC's factors of small layers (the
-// cost model's 40, 33, 32 and 24; an autoencoder's 31-wide bottleneck) are of this size.
-constexpr int kCovarianceCpuTiledFrom = 80;
+// tile wide or more: its vector-wide blocks on and above the diagonal, mirrored (rows of blocks
+// on both cores from 200k n·dx²), have no tile pairs, edge strip or write-back to set up. Side by
+// side with the tiled variant (one process, Zen 3 AVX2, two grids of 16 to 1024 rows) it ran
+// 1.25-2.1x as fast at 72-120 columns, 0.92-1.73x at 128 (where X is whole tiles, without a
+// strip), 1.05-1.73x at 136-176, and 0.90-1.08x at 200; at 256 the tiled variant wins
+// (0.73-0.87x). K-FAC's factors of small layers (the cost model's 40, 33, 32 and 24; an
+// autoencoder's 31-wide bottleneck; a 100-unit layer's 101) are of this size.
+constexpr int kCovarianceCpuTiledFrom = 160;
 // X at least this wide takes the covariance kernel's wide-tile CPU variant (kCovarianceWideTile =
 // 48 columns with AVX-512): side by side with the 32-wide tiles it was 2-18% faster from d = 501
 // to 1001, tied from 321 to 449 and slower at 257 with n = 1000 (fewer tile pairs for two

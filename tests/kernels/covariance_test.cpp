@@ -69,7 +69,7 @@ TEST_P(CovarianceKernels, WidthsAroundOneTileMatchEigen) {
   HKFAC_SKIP_IF_UNAVAILABLE(dev);
   // The kernel vectorises whole rows of X from 16 columns; the GPU switches from its untiled to
   // its tiled variant at 32 and tiles columns in 32s with an edge strip for the rest (the CPU
-  // switches at 80, below).
+  // switches at 160, below).
   for (int d : {15, 16, 20, 31, 32, 33, 63, 64, 65}) {
     for (bool homogeneous : {false, true}) {
       Buffer<float> x = random_matrix(5, d, d);
@@ -100,10 +100,10 @@ TEST_P(CovarianceKernels, WidthsUnderOneVectorMatchEigen) {
 TEST_P(CovarianceKernels, WidthsAroundTheCpuTiledSwitchMatchEigen) {
   const Device dev = GetParam();
   HKFAC_SKIP_IF_UNAVAILABLE(dev);
-  // On the CPU, X narrower than 80 columns takes the untiled variant, whose row blocks run on
-  // both cores from 200k multiply-adds (n·d²): 5 rows stay on one core at every width here, 300
-  // rows split from 26 columns; 79, 80 and 81 straddle the switch to the tiles.
-  for (int d : {24, 40, 57, 79, 80, 81}) {
+  // On the CPU, X narrower than 160 columns takes the untiled variant, whose rows of blocks run
+  // on both cores from 200k n·d²: 5 rows stay on one core at every width here, 300 rows split
+  // from 26 columns; 159, 160 and 161 straddle the switch to the tiles.
+  for (int d : {24, 40, 57, 79, 127, 159, 160, 161}) {
     for (int n : {5, 300}) {
       for (bool homogeneous : {false, true})
         expect_update_matches(dev, d, n, homogeneous, 0.9f, 0.4f, 5 * d + n, 2 * d + n);
