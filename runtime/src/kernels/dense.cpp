@@ -37,22 +37,28 @@ namespace hkfac::kernels {
 
 namespace {
 
-using ForwardKernel = int (*)(halide_buffer_t *, halide_buffer_t *, halide_buffer_t *,
-                              halide_buffer_t *);
-
-// The CPU variants with one-vector tiles, for layers with a few outputs (kNarrowColumnsTo).
-ForwardKernel narrow_forward(Activation act) {
+// One of a CPU variant's four kernels, one per activation (no runtime branch in the kernels).
+template <typename Kernel>
+Kernel for_activation(Activation act, Kernel identity, Kernel tanh, Kernel relu, Kernel sigmoid) {
   switch (act) {
   case Activation::identity:
-    return hkfac_k_dense_forward_identity_narrow_cpu;
+    return identity;
   case Activation::tanh:
-    return hkfac_k_dense_forward_tanh_narrow_cpu;
+    return tanh;
   case Activation::relu:
-    return hkfac_k_dense_forward_relu_narrow_cpu;
+    return relu;
   case Activation::sigmoid:
     break;
   }
-  return hkfac_k_dense_forward_sigmoid_narrow_cpu;
+  return sigmoid;
+}
+
+// The CPU variants with one-vector tiles, for layers with a few outputs (kNarrowColumnsTo).
+auto narrow_forward(Activation act) {
+  return for_activation(act, hkfac_k_dense_forward_identity_narrow_cpu,
+                        hkfac_k_dense_forward_tanh_narrow_cpu,
+                        hkfac_k_dense_forward_relu_narrow_cpu,
+                        hkfac_k_dense_forward_sigmoid_narrow_cpu);
 }
 
 } // namespace
@@ -92,36 +98,18 @@ void dense_forward(Buffer<float> &Y, const Buffer<float> &X, const Buffer<float>
 
 namespace {
 
-using BackwardKernel = int (*)(halide_buffer_t *, halide_buffer_t *, halide_buffer_t *,
-                               halide_buffer_t *, halide_buffer_t *, halide_buffer_t *,
-                               halide_buffer_t *, halide_buffer_t *);
-
-BackwardKernel packed_backward(Activation act) {
-  switch (act) {
-  case Activation::identity:
-    return hkfac_k_dense_backward_identity_packed_cpu;
-  case Activation::tanh:
-    return hkfac_k_dense_backward_tanh_packed_cpu;
-  case Activation::relu:
-    return hkfac_k_dense_backward_relu_packed_cpu;
-  case Activation::sigmoid:
-    break;
-  }
-  return hkfac_k_dense_backward_sigmoid_packed_cpu;
+auto packed_backward(Activation act) {
+  return for_activation(act, hkfac_k_dense_backward_identity_packed_cpu,
+                        hkfac_k_dense_backward_tanh_packed_cpu,
+                        hkfac_k_dense_backward_relu_packed_cpu,
+                        hkfac_k_dense_backward_sigmoid_packed_cpu);
 }
 
-BackwardKernel narrow_backward(Activation act) {
-  switch (act) {
-  case Activation::identity:
-    return hkfac_k_dense_backward_identity_narrow_cpu;
-  case Activation::tanh:
-    return hkfac_k_dense_backward_tanh_narrow_cpu;
-  case Activation::relu:
-    return hkfac_k_dense_backward_relu_narrow_cpu;
-  case Activation::sigmoid:
-    break;
-  }
-  return hkfac_k_dense_backward_sigmoid_narrow_cpu;
+auto narrow_backward(Activation act) {
+  return for_activation(act, hkfac_k_dense_backward_identity_narrow_cpu,
+                        hkfac_k_dense_backward_tanh_narrow_cpu,
+                        hkfac_k_dense_backward_relu_narrow_cpu,
+                        hkfac_k_dense_backward_sigmoid_narrow_cpu);
 }
 
 } // namespace
