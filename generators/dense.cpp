@@ -67,8 +67,10 @@ void schedule_elementwise(Func f, const Var &j, const Var &i, const Expr &cols, 
 class DenseForward : public Generator<DenseForward> {
 public:
   GeneratorParam<Act> activation{"activation", Act::identity, kActNames};
-  // One-vector tiles (CPU), for layers with a few outputs (the dispatch's kNarrowColumnsTo).
-  GeneratorParam<bool> narrow_out{"narrow_out", false};
+  // The CPU's tile shape: narrow for layers with a few outputs (the dispatch's
+  // kNarrowColumnsTo), one_column for a single output.
+  GeneratorParam<hkfac::sched::Tiles> tiles{"tiles", hkfac::sched::Tiles::standard,
+                                            hkfac::sched::kTilesNames};
 
   Input<Buffer<float>> X{"X", 2};
   Input<Buffer<float>> W{"W", 2};
@@ -79,7 +81,7 @@ public:
     Expr batch = X.dim(1).extent(), d_in = X.dim(0).extent(), d_out = W.dim(0).extent();
     x(k, i) = X(k, i);
     w(j, k) = W(j, k);
-    hkfac::sched::Matmul xw("xw", x, w, batch, d_out, d_in, get_target(), narrow_out);
+    hkfac::sched::Matmul xw("xw", x, w, batch, d_out, d_in, get_target(), tiles);
     bias(j) = b(j);
     Y(j, i) = activate(activation, xw(j, i) + bias(j));
 
@@ -107,9 +109,11 @@ public:
   // Copies X into Xᵀ's rows before dW = Xᵀ dZ (CPU): worth its pass over X only for large
   // batches, so the dispatch picks this variant by shape (kGemmPackedDepthFrom).
   GeneratorParam<bool> pack_x{"pack_x", false};
-  // One-vector tiles for dW = Xᵀ dZ (CPU), whose columns are the layer's outputs: for layers with
-  // a few (the dispatch's kNarrowColumnsTo). dX's columns are the inputs.
-  GeneratorParam<bool> narrow_out{"narrow_out", false};
+  // The CPU's tile shape for dW = Xᵀ dZ, whose columns are the layer's outputs: narrow for layers
+  // with a few (the dispatch's kNarrowColumnsTo). dX's columns are the inputs. (Not one_column:
+  // Xᵀ is read across its rows.)
+  GeneratorParam<hkfac::sched::Tiles> tiles{"tiles", hkfac::sched::Tiles::standard,
+                                            hkfac::sched::kTilesNames};
 
   Input<Buffer<float>> dY{"dY", 2};
   Input<Buffer<float>> Y{"Y", 2};
@@ -132,7 +136,9 @@ public:
 
     x_t(k, i) = X(i, k);
     dz_cols(j, k) = dZ(j, k);
-    hkfac::sched::Matmul xt_dz("xt_dz", x_t, dz_cols, d_in, d_out, batch, get_target(), narrow_out);
+    if (tiles == hkfac::sched::Tiles::one_column)
+      throw std::invalid_argument("dense_backward: tiles=one_column needs an untransposed a");
+    hkfac::sched::Matmul xt_dz("xt_dz", x_t, dz_cols, d_in, d_out, batch, get_target(), tiles);
     dW(j, i) = xt_dz(j, i);
 
     RDom r(0, batch, "r");

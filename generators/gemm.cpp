@@ -14,8 +14,10 @@ public:
   // Copies a transposed A into rows before the product (CPU): worth its pass over A only for
   // deep products, so the dispatch picks this variant by shape.
   GeneratorParam<bool> pack_a{"pack_a", false};
-  // One-vector tiles (CPU), for C with a few columns (the dispatch's kNarrowColumnsTo).
-  GeneratorParam<bool> narrow{"narrow", false};
+  // The CPU's tile shape: narrow for C with a few columns (the dispatch's kNarrowColumnsTo),
+  // one_column for one column and an untransposed A.
+  GeneratorParam<hkfac::sched::Tiles> tiles{"tiles", hkfac::sched::Tiles::standard,
+                                            hkfac::sched::kTilesNames};
 
   Input<Buffer<float>> A{"A", 2};
   Input<Buffer<float>> B{"B", 2};
@@ -34,7 +36,9 @@ public:
     op_a(k, i) = transpose_a ? A(i, k) : A(k, i);
     op_b(j, k) = transpose_b ? B(k, j) : B(j, k);
 
-    hkfac::sched::Matmul ab("ab", op_a, op_b, m, n, depth, get_target(), narrow);
+    if (tiles == hkfac::sched::Tiles::one_column && transpose_a)
+      throw std::invalid_argument("gemm: tiles=one_column needs an untransposed A");
+    hkfac::sched::Matmul ab("ab", op_a, op_b, m, n, depth, get_target(), tiles);
     C(j, i) = select(beta == 0.0f, alpha * ab(j, i), alpha * ab(j, i) + beta * C_in(j, i));
 
     A.set_estimates({{0, 1000}, {0, 1000}});

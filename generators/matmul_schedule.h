@@ -13,7 +13,8 @@
 //  * CPU: a tile is 3 vectors x 8 rows = 24 accumulators (4 rows = 12 with AVX2's 16 vector
 //    registers) held in registers while k runs innermost (per k: 3 vector loads of the packed
 //    panel, one broadcast of a per row, 3 FMAs per row). Narrow products (`narrow`: n of at
-//    most kNarrowColumnsTo, a layer with a few outputs) take tiles of 1 vector x 8 rows. A
+//    most kNarrowColumnsTo, a layer with a few outputs) take tiles of 1 vector x 8 rows, and a
+//    single column with an untransposed a (`one_column`) each row's dot product along k. A
 //    parallel task is a block of rows x a block of column panels; for each column panel and
 //    k-slice of kKSlice, the b panel slice is packed once into a fixed-size stack buffer (L1
 //    sized, never malloc'd: large per-call heap buffers cost more in page faults than packing
@@ -29,6 +30,7 @@
 #include "Halide.h"
 
 #include <algorithm>
+#include <map>
 #include <string>
 
 #include "llvm_options.h" // the tile loop needs LLVM's SLP vectorizer off
@@ -36,25 +38,61 @@
 
 namespace hkfac::sched {
 
+// The CPU's tile shapes (the GPU has one). The dispatch picks the variant by n.
+enum class Tiles {
+  standard,
+  // One-vector tiles, for n <= kNarrowColumnsTo: a 3-vector tile there computes 24 (AVX2) or 48
+  // columns, mostly of zero padding, per row of n. Side by side (gemm NN, AVX2) the narrow tiles
+  // were 2.2-3.7x as fast at 1-8 columns and 1.1-1.4x at 12-16, and mixed at 20 (0.86-1.73x).
+  narrow,
+  // n == 1 with a(k, i) contiguous along k (an untransposed a): 8 rows' dot products at a time,
+  // whole vectors along k (8 accumulators), the lanes summed at the end. A one-vector tile uses
+  // one lane in eight there.
+  one_column,
+};
+
+// The generators' `tiles` parameter values.
+inline const std::map<std::string, Tiles> kTilesNames = {
+    {"standard", Tiles::standard}, {"narrow", Tiles::narrow}, {"one_column", Tiles::one_column}};
+
 class Matmul {
 public:
   // a(k, i): i < m rows, k < depth; b(j, k): j < n columns. a and b are usually inlined Funcs
-  // (transposes, elementwise scaling) over the real inputs. `narrow` (CPU; the GPU ignores it)
-  // takes one-vector tiles, for the dispatch to pick when n <= kNarrowColumnsTo: a 3-vector
-  // tile there computes 24 (AVX2) or 48 columns, mostly of zero padding, per row of n. Side by
-  // side (gemm NN, AVX2) the narrow tiles were 2.2-3.7x as fast at 1-8 columns and 1.1-1.4x at
-  // 12-16, and mixed at 20 (0.86-1.73x).
+  // (transposes, elementwise scaling) over the real inputs. `tiles` is the CPU's tile shape
+  // (the GPU ignores it).
   Matmul(const std::string &name, Halide::Func a, Halide::Func b, Halide::Expr m, Halide::Expr n,
-         Halide::Expr depth, const Halide::Target &target, bool narrow = false)
-      : m_(m), n_(n), depth_(depth), gpu_(target.has_gpu_feature()), narrow_(narrow && !gpu_),
+         Halide::Expr depth, const Halide::Target &target, Tiles tiles = Tiles::standard)
+      : m_(m), n_(n), depth_(depth), gpu_(target.has_gpu_feature()),
+        narrow_(tiles == Tiles::narrow && !gpu_), one_column_(tiles == Tiles::one_column && !gpu_),
         vec_(gpu_ ? 1 : target.natural_vector_size<float>()),
         cols_(gpu_ ? 64 : (narrow_ ? 1 : 3) * vec_),
         rows_(gpu_ ? 32 : (narrow_ ? kNarrowRows : cpu_tile_rows(vec_))),
-        tiles_per_task_(narrow_ ? kTilesPerTask / 2 : kTilesPerTask), a_copy_(name + "_a_copy"),
-        a_rows_(name + "_a_rows"), b_pack_(name + "_b_pack"), tile_(name + "_tile") {
+        tiles_per_task_(narrow_ || one_column_ ? kTilesPerTask / 2 : kTilesPerTask),
+        a_copy_(name + "_a_copy"), a_rows_(name + "_a_rows"), b_pack_(name + "_b_pack"),
+        tile_(name + "_tile"), dot_lanes_(name + "_dot_lanes"), dot_(name + "_dot") {
     using namespace Halide;
     RDom k(0, depth, name + "_k");
     k_ = k.x;
+    if (one_column_) {
+      // Row it * kNarrowRows + ii's dot product with b's column: lane u sums the products at
+      // k = u, u + vec, ...; the last depth % vec products come from one more vector ending at
+      // depth, its lanes already counted masked off; then the lanes are summed. Needs depth of
+      // at least a vector (the dispatch's kOneColumnDepthFrom).
+      const Expr chunks = depth / vec_, rem = depth - chunks * vec_;
+      const Expr row = min(it_ * kNarrowRows + ii_, m - 1);
+      RDom kc(0, chunks, name + "_kc"), lane(0, vec_, name + "_lane");
+      RDom last(0, select(rem > 0, 1, 0), name + "_last");
+      kc_ = kc.x;
+      lane_ = lane.x;
+      last_ = last.x;
+      dot_lanes_(kv_, ii_, it_) = 0.0f;
+      dot_lanes_(kv_, ii_, it_) += a(kc * vec_ + kv_, row) * b(0, kc * vec_ + kv_);
+      const Expr k_last = depth - vec_ + last + kv_;
+      dot_lanes_(kv_, ii_, it_) += select(kv_ >= vec_ - rem, a(k_last, row) * b(0, k_last), 0.0f);
+      dot_(ii_, it_) = 0.0f;
+      dot_(ii_, it_) += dot_lanes_(lane, ii_, it_);
+      return;
+    }
     if (gpu_) {
       // The GPU's product is plain (column, row): each thread computes a 4 x 4 box of it in
       // registers, and rows and columns past the edge are clamped reads nobody stores.
@@ -72,6 +110,8 @@ public:
 
   // The product at output coordinate (j, i); the consumer must cover [0, n) x [0, m) from 0.
   Halide::Expr operator()(const Halide::Expr &j, const Halide::Expr &i) const {
+    if (one_column_)
+      return dot_(i % kNarrowRows, i / kNarrowRows);
     if (gpu_)
       return tile_(j, i);
     return tile_(j % cols_, i % rows_, j / cols_, i / rows_);
@@ -83,6 +123,10 @@ public:
   void schedule_cpu(Halide::Func out, const Halide::Var &j, const Halide::Var &i) {
     using namespace Halide;
     bind(out, j, i);
+    if (one_column_) {
+      schedule_one_column(out, j, i);
+      return;
+    }
     Var jt("jt"), it("it"), jj("jj"), ii("ii"), jv("jv"), itt("itt"), jtt("jtt"), rb("rb"),
         cb("cb"), task("task");
     // A task is a block of rows x a block of column panels: row blocks bound how often b is
@@ -191,6 +235,26 @@ public:
   }
 
 private:
+  // Tiles::one_column: blocks of kNarrowRows rows, 16 blocks (128 rows) per parallel task.
+  void schedule_one_column(Halide::Func out, const Halide::Var &j, const Halide::Var &i) {
+    using namespace Halide;
+    Var it("it"), ii("ii"), rb("rb"), itt("itt");
+    out.split(i, it, ii, kNarrowRows, TailStrategy::GuardWithIf)
+        .split(it, rb, itt, tiles_per_task_, TailStrategy::GuardWithIf)
+        .reorder(j, ii, itt, rb)
+        .parallel(rb)
+        .unroll(ii);
+    dot_.compute_at(out, itt).bound(ii_, 0, kNarrowRows).unroll(ii_);
+    dot_.update().reorder(lane_, ii_).unroll(ii_);
+    dot_lanes_.compute_at(out, itt)
+        .bound(kv_, 0, vec_)
+        .bound(ii_, 0, kNarrowRows)
+        .vectorize(kv_)
+        .unroll(ii_);
+    dot_lanes_.update(0).reorder(kv_, ii_, kc_).vectorize(kv_).unroll(ii_);
+    dot_lanes_.update(1).reorder(kv_, ii_, last_).vectorize(kv_).unroll(ii_);
+  }
+
   // Rows of a CPU tile: as many as fit the vector registers beside the tile's 3 panel vectors
   // and one broadcast, at most 8. AVX-512 has 32: 8 rows (24 accumulators). AVX2 has 16: 4 rows
   // (12); with 8 rows there the accumulators spilled and every product ran at half of OpenBLAS's
@@ -207,7 +271,7 @@ private:
   }
 
   Halide::Expr m_, n_, depth_;
-  bool gpu_, narrow_;
+  bool gpu_, narrow_, one_column_;
   bool pack_a_ = false;
   int vec_, cols_, rows_;
   // Tiles per task: kTilesPerTask, halved for the narrow tiles (8 rows, twice AVX2's 4), so that
@@ -215,7 +279,7 @@ private:
   // one core, and ran slower than with the 3-vector tiles.
   int tiles_per_task_;
   Halide::Var jj_{"jj"}, ii_{"ii"}, jt_{"jt"}, it_{"it"}, kv_{"kv"};
-  Halide::RVar k_;
+  Halide::RVar k_, kc_, lane_, last_;
   // Tiles (rows) and column panels per parallel task, and the k-slice length: a packed b slice
   // (cols x kKSlice floats, 24 KiB) stays in L1 while the task's tiles stream a past it.
   // Measured side by side: 3x8 tiles beat 4x6 and 2x12; kKSlice 256 ties 128.
@@ -223,6 +287,8 @@ private:
   // Rows of a narrow tile: 8 accumulators, as many as the FMA units keep in flight.
   static constexpr int kNarrowRows = 8;
   Halide::Func a_copy_, a_rows_, b_pack_, tile_;
+  // Tiles::one_column's per-lane sums and dot products.
+  Halide::Func dot_lanes_, dot_;
 };
 
 } // namespace hkfac::sched

@@ -104,6 +104,10 @@ constexpr int kDenseBackwardPackedBatchFrom = 512;
 // 3-vector tiles (gemm NN, AVX2) they were 2.2-3.7x as fast at 1-8 columns, 1.1-1.4x at 12-16,
 // and mixed at 20 (0.86-1.73x).
 constexpr int kNarrowColumnsTo = 16;
+// One output column of an untransposed A at least this deep takes the CPU variants that form each
+// row's dot product along k (Tiles::one_column), which need a whole vector of depth (16 floats
+// with AVX-512).
+constexpr int kOneColumnDepthFrom = 16;
 
 // Rows per call when a CPU covariance kernel's reduction is blocked (for_each_row_block): each
 // call packs its rows into column panels, and beyond a few thousand rows the panels no longer

@@ -16,12 +16,16 @@
 #include "hkfac_k_dense_backward_tanh_packed_cpu.h"
 #include "hkfac_k_dense_forward_identity_cpu.h"
 #include "hkfac_k_dense_forward_identity_narrow_cpu.h"
+#include "hkfac_k_dense_forward_identity_one_column_cpu.h"
 #include "hkfac_k_dense_forward_relu_cpu.h"
 #include "hkfac_k_dense_forward_relu_narrow_cpu.h"
+#include "hkfac_k_dense_forward_relu_one_column_cpu.h"
 #include "hkfac_k_dense_forward_sigmoid_cpu.h"
 #include "hkfac_k_dense_forward_sigmoid_narrow_cpu.h"
+#include "hkfac_k_dense_forward_sigmoid_one_column_cpu.h"
 #include "hkfac_k_dense_forward_tanh_cpu.h"
 #include "hkfac_k_dense_forward_tanh_narrow_cpu.h"
+#include "hkfac_k_dense_forward_tanh_one_column_cpu.h"
 #if HKFAC_HAVE_CUDA
 #include "hkfac_k_dense_backward_identity_cuda.h"
 #include "hkfac_k_dense_backward_relu_cuda.h"
@@ -61,6 +65,13 @@ auto narrow_forward(Activation act) {
                         hkfac_k_dense_forward_sigmoid_narrow_cpu);
 }
 
+// A single output: its rows' dot products with W's column.
+auto one_column_forward(Activation act) {
+  return for_activation(
+      act, hkfac_k_dense_forward_identity_one_column_cpu, hkfac_k_dense_forward_tanh_one_column_cpu,
+      hkfac_k_dense_forward_relu_one_column_cpu, hkfac_k_dense_forward_sigmoid_one_column_cpu);
+}
+
 } // namespace
 
 void dense_forward(Buffer<float> &Y, const Buffer<float> &X, const Buffer<float> &W,
@@ -74,6 +85,12 @@ void dense_forward(Buffer<float> &Y, const Buffer<float> &X, const Buffer<float>
   detail::expect_matrix(Y.raw_buffer(), batch, d_out, k, "Y");
   detail::AlignedArgs args(dev);
   halide_buffer_t *x = args.in(X), *w = args.in(W), *bias = args.in(b), *y = args.out(Y);
+  if (dev == Device::cpu && d_out == 1 && d_in >= detail::kOneColumnDepthFrom) {
+    detail::check_halide_result(one_column_forward(act)(x, w, bias, y), "dense_forward_one_column",
+                                dev);
+    args.commit();
+    return;
+  }
   if (dev == Device::cpu && d_out <= detail::kNarrowColumnsTo) {
     detail::check_halide_result(narrow_forward(act)(x, w, bias, y), "dense_forward_narrow", dev);
     args.commit();

@@ -4,8 +4,10 @@
 #include "dispatch.h"
 #include "hkfac_k_gemm_nn_cpu.h"
 #include "hkfac_k_gemm_nn_narrow_cpu.h"
+#include "hkfac_k_gemm_nn_one_column_cpu.h"
 #include "hkfac_k_gemm_nt_cpu.h"
 #include "hkfac_k_gemm_nt_narrow_cpu.h"
+#include "hkfac_k_gemm_nt_one_column_cpu.h"
 #include "hkfac_k_gemm_tn_cpu.h"
 #include "hkfac_k_gemm_tn_narrow_cpu.h"
 #include "hkfac_k_gemm_tn_packed_cpu.h"
@@ -35,7 +37,11 @@ void gemm(Buffer<float> &C, const Buffer<float> &A, Transpose ta, const Buffer<f
   detail::expect_extent(B.raw_buffer(), bt ? 1 : 0, n, k, "B");
   detail::AlignedArgs args(dev);
   halide_buffer_t *c = args.out(C), *a = args.in(A), *b = args.in(B);
-  if (dev == Device::cpu && n <= detail::kNarrowColumnsTo) {
+  if (dev == Device::cpu && n == 1 && !at && depth >= detail::kOneColumnDepthFrom) {
+    // One column of an untransposed A's rows: their dot products with B's column.
+    auto one_column = !bt ? hkfac_k_gemm_nn_one_column_cpu : hkfac_k_gemm_nt_one_column_cpu;
+    detail::check_halide_result(one_column(a, b, c, alpha, beta, c), "gemm_one_column", dev);
+  } else if (dev == Device::cpu && n <= detail::kNarrowColumnsTo) {
     // C with a few columns: the variants with one-vector tiles.
     auto narrow = !at ? (!bt ? hkfac_k_gemm_nn_narrow_cpu : hkfac_k_gemm_nt_narrow_cpu)
                       : (!bt ? hkfac_k_gemm_tn_narrow_cpu : hkfac_k_gemm_tt_narrow_cpu);
