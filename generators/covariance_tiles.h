@@ -147,7 +147,7 @@ public:
   // (kCovarianceUntiledParallelFrom).
   void schedule_cpu(int vec, bool parallel_untiled) {
     using namespace Halide;
-    Var jo{"jo"}, io{"io"}, ji{"ji"}, iin{"iin"};
+    Var jo{"jo"}, ji{"ji"};
     if (!tiled_) {
       if (block_width_ != vec)
         throw std::invalid_argument("the untiled CPU schedule needs block_width = " +

@@ -1,6 +1,8 @@
 // Dense layer kernels: Y = act(X W + b) with the activation fused, and the matching backward pass.
 #include "Halide.h"
 
+#include <stdexcept>
+
 #include "matmul_schedule.h"
 
 namespace {

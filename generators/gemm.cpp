@@ -1,6 +1,8 @@
 // General matrix multiply C <- alpha * op(A) * op(B) + beta * C, one library per transpose pair.
 #include "Halide.h"
 
+#include <stdexcept>
+
 #include "matmul_schedule.h"
 
 namespace {

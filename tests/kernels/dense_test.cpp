@@ -23,9 +23,9 @@ const Activation kActivations[] = {Activation::identity, Activation::tanh, Activ
 // on both sides of the one-column variant's depth (kOneColumnDepthFrom = 16; 129 leaves a partial
 // vector of depth, 24 none with AVX2).
 const std::vector<std::tuple<int, int, int>> kShapes = {
-    {5, 15, 1},      {5, 16, 1},   {33, 24, 1},   {1, 1, 1},     {7, 129, 1},
-    {129, 1, 7},     {1, 7, 129},  {33, 1001, 7}, {7, 33, 1001}, {128, 250, 30},
-    {513, 257, 259}, {37, 20, 16}, {37, 20, 17}};
+    {1, 1, 1},     {7, 129, 1},    {129, 1, 7},     {1, 7, 129},  {33, 1001, 7},
+    {7, 33, 1001}, {128, 250, 30}, {513, 257, 259}, {37, 20, 16}, {37, 20, 17},
+    {5, 15, 1},    {5, 16, 1},     {33, 24, 1}};
 
 Eigen::MatrixXd activate(Activation act, const Eigen::MatrixXd &z) {
   switch (act) {

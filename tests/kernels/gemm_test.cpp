@@ -17,13 +17,13 @@ using testing::to_eigen_d;
 
 // (m, n, depth): every awkward extent appears in every role, without a 1001^3 reference. Two
 // are deep and wide enough for the CPU's packed transposed-A variant (kGemmPackedDepthFrom),
-// with m and depth off its 8 x 8 copy blocks; the last two put n on both sides of the CPU's
-// narrow variants (kNarrowColumnsTo = 16), then one column deep enough for the one-column variant
-// (kOneColumnDepthFrom = 16), with and without a partial vector of depth.
+// with m and depth off its 8 x 8 copy blocks; then two put n on both sides of the CPU's narrow
+// variants (kNarrowColumnsTo = 16), and the last two are one column deep enough for the
+// one-column variant (kOneColumnDepthFrom = 16), with and without a partial vector of depth.
 const std::vector<std::tuple<int, int, int>> kShapes = {
-    {37, 1, 20},     {9, 1, 64},       {1, 1, 1},     {7, 129, 1},     {129, 1, 7},  {1, 7, 129},
-    {1001, 7, 129},  {7, 1001, 33},    {33, 7, 1001}, {129, 129, 129}, {1, 1001, 7}, {1001, 1, 7},
-    {257, 259, 263}, {129, 1001, 257}, {37, 16, 20},  {37, 17, 20}};
+    {1, 1, 1},     {7, 129, 1},     {129, 1, 7},  {1, 7, 129},  {1001, 7, 129},  {7, 1001, 33},
+    {33, 7, 1001}, {129, 129, 129}, {1, 1001, 7}, {1001, 1, 7}, {257, 259, 263}, {129, 1001, 257},
+    {37, 16, 20},  {37, 17, 20},    {37, 1, 20},  {9, 1, 64}};
 
 // A buffer holding op⁻¹ of a (rows x cols) operand: its transpose when t == yes.
 Buffer<float> stored_operand(int rows, int cols, Transpose t, unsigned seed) {
