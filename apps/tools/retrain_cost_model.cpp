@@ -45,6 +45,9 @@ ABSL_FLAG(bool, kfac_adaptive, false,
           "K-FAC: adaptive damping, learning rate and momentum from the quadratic model "
           "(otherwise --kfac_rate, --kfac_momentum, --kfac_damping are fixed)");
 ABSL_FLAG(double, kfac_rate, 0.3, "K-FAC: learning rate when not adaptive");
+ABSL_FLAG(double, kfac_final_rate, 0,
+          "K-FAC: decay the learning rate from --kfac_rate to this value over --epochs along a "
+          "half cosine (0: a constant rate)");
 ABSL_FLAG(double, kfac_damping, 0.1, "K-FAC: damping (initial damping when adaptive)");
 ABSL_FLAG(double, kfac_momentum, 0.5, "K-FAC: momentum when not adaptive");
 ABSL_FLAG(int, kfac_inverse_period, 5, "K-FAC: steps between factor inverses");
@@ -167,6 +170,8 @@ int main(int argc, char **argv) {
         o.penalty_weight = absl::GetFlag(FLAGS_penalty_weight);
         o.kfac_adaptive = absl::GetFlag(FLAGS_kfac_adaptive);
         o.kfac_rate = absl::GetFlag(FLAGS_kfac_rate);
+        if (const double r = absl::GetFlag(FLAGS_kfac_final_rate); r != 0)
+          o.kfac_final_rate = r;
         o.kfac_damping = absl::GetFlag(FLAGS_kfac_damping);
         o.kfac_momentum = absl::GetFlag(FLAGS_kfac_momentum);
         o.kfac_inverse_period = absl::GetFlag(FLAGS_kfac_inverse_period);

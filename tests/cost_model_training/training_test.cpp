@@ -359,6 +359,65 @@ TEST(CostModelTraining, KfacCurvaturePeriodTrainsAndIsValidated) {
   }
 }
 
+// --kfac_final_rate: the half cosine starts at the rate, ends at the final rate, passes their
+// mean halfway and falls monotonically; it reaches the optimizer (a final rate equal to the rate
+// is the constant run to every bit, a lower one another run); bad values are refused by name.
+TEST(CostModelTraining, KfacFinalRateDecaysAlongAHalfCosine) {
+  TrainOptions o;
+  o.kfac_rate = 0.2;
+  EXPECT_EQ(scheduled_kfac_rate(o, 0, 101), 0.2);
+  EXPECT_EQ(scheduled_kfac_rate(o, 100, 101), 0.2);
+  o.kfac_final_rate = 0.002;
+  EXPECT_DOUBLE_EQ(scheduled_kfac_rate(o, 0, 101), 0.2);
+  EXPECT_DOUBLE_EQ(scheduled_kfac_rate(o, 100, 101), 0.002);
+  EXPECT_NEAR(scheduled_kfac_rate(o, 50, 101), 0.101, 1e-12);
+  // cos(pi/4) at a quarter of the way.
+  EXPECT_NEAR(scheduled_kfac_rate(o, 25, 101), 0.002 + 0.099 * (1 + std::sqrt(0.5)), 1e-12);
+  EXPECT_DOUBLE_EQ(scheduled_kfac_rate(o, 500, 101), 0.002); // held after the last step
+  for (int t = 1; t < 101; ++t)
+    EXPECT_LT(scheduled_kfac_rate(o, t, 101), scheduled_kfac_rate(o, t - 1, 101)) << t;
+
+  const TrainingData data = synthetic_data(24, 24, 11, Split{Split::Kind::hash, ""});
+  auto run = [&](std::optional<double> final_rate) {
+    TrainOptions k;
+    k.optimizer = OptimizerKind::kfac;
+    k.epochs = 4;
+    k.num_cores = 2;
+    k.kfac_final_rate = final_rate;
+    std::vector<EpochRecord> r;
+    train(data, random_weights(S, 77), k, [&](const EpochRecord &e) { r.push_back(e); });
+    return r;
+  };
+  const std::vector<EpochRecord> constant = run(std::nullopt);
+  const std::vector<EpochRecord> same = run(TrainOptions().kfac_rate);
+  const std::vector<EpochRecord> decayed = run(0.01 * TrainOptions().kfac_rate);
+  ASSERT_EQ(constant.size(), 5u);
+  ASSERT_EQ(same.size(), 5u);
+  ASSERT_EQ(decayed.size(), 5u);
+  EXPECT_EQ(same.back().train.loss, constant.back().train.loss);
+  EXPECT_EQ(same.back().validation.loss, constant.back().validation.loss);
+  EXPECT_NE(decayed.back().train.loss, constant.back().train.loss);
+  EXPECT_EQ(decayed[1].steps, constant[1].steps);
+
+  for (const double bad : {-0.1, std::nan(""), HUGE_VAL}) {
+    TrainOptions k;
+    k.epochs = 1;
+    k.kfac_final_rate = bad;
+    try {
+      train(data, random_weights(S, 77), k, [](const EpochRecord &) {});
+      ADD_FAILURE() << "a final rate of " << bad << " was accepted";
+    } catch (const hkfac::Error &e) {
+      EXPECT_NE(std::string(e.what()).find("--kfac_final_rate"), std::string::npos) << e.what();
+    }
+  }
+  TrainOptions adaptive;
+  adaptive.epochs = 1;
+  adaptive.kfac_adaptive = true;
+  adaptive.kfac_final_rate = 0.01;
+  EXPECT_THROW(train(data, random_weights(S, 77), adaptive, [](const EpochRecord &) {}),
+               hkfac::Error);
+}
+
 // Adam must learn the teacher's orderings: validation loss well below the start, accuracy up.
 TEST(CostModelTraining, AdamLearnsATeacherModelsOrdering) {
   const std::vector<EpochRecord> r = train_student(OptimizerKind::adam, 0.03);

@@ -136,8 +136,9 @@ kfac::OptimizerOptions kfac_options(const TrainOptions &o, int steps_per_epoch) 
     k.use_adaptive_learning_rate = true;
     k.use_adaptive_momentum = true;
   } else {
-    const double lr = o.kfac_rate, mu = o.kfac_momentum, damping = o.kfac_damping;
-    k.learning_rate_schedule = [lr](int) { return lr; };
+    const double mu = o.kfac_momentum, damping = o.kfac_damping;
+    const int total = o.epochs * steps_per_epoch;
+    k.learning_rate_schedule = [o, total](int t) { return scheduled_kfac_rate(o, t, total); };
     k.momentum_schedule = [mu](int) { return mu; };
     k.damping_schedule = [damping](int) { return damping; };
   }
@@ -145,6 +146,13 @@ kfac::OptimizerOptions kfac_options(const TrainOptions &o, int steps_per_epoch) 
 }
 
 } // namespace
+
+double scheduled_kfac_rate(const TrainOptions &o, int step, int total_steps) {
+  if (!o.kfac_final_rate || total_steps <= 1)
+    return o.kfac_rate;
+  const double f = std::min(1.0, static_cast<double>(step) / (total_steps - 1));
+  return *o.kfac_final_rate + 0.5 * (o.kfac_rate - *o.kfac_final_rate) * (1.0 + std::cos(M_PI * f));
+}
 
 OptimizerKind parse_optimizer(const std::string &text) {
   if (text == "kfac")
@@ -162,6 +170,14 @@ Weights train(const TrainingData &data, const Weights &initial, const TrainOptio
     throw Error("--batch_size must be >= 2, got " + std::to_string(o.batch_size));
   if (o.kfac_inverse_period < 1)
     throw Error("--kfac_inverse_period must be >= 1, got " + std::to_string(o.kfac_inverse_period));
+  if (o.kfac_final_rate) {
+    if (!(*o.kfac_final_rate > 0) || !std::isfinite(*o.kfac_final_rate)) {
+      throw Error("--kfac_final_rate must be finite and > 0 (or 0 for a constant rate), got " +
+                  std::to_string(*o.kfac_final_rate));
+    }
+    if (o.kfac_adaptive)
+      throw Error("--kfac_final_rate schedules a fixed rate; --kfac_adaptive computes its own");
+  }
   if (o.kfac_curvature_period < 1) {
     throw Error("--kfac_curvature_period must be >= 1, got " +
                 std::to_string(o.kfac_curvature_period));

@@ -31,6 +31,10 @@ struct TrainOptions {
   // of held-out schedules collapse (docs/RESULTS.md, cost-model training).
   bool kfac_adaptive = false;
   double kfac_rate = 0.3;
+  // When set, the rate falls from kfac_rate to this along a half cosine over `epochs` (kfac-jax
+  // ships the same shape of schedule): a fixed rate leaves the steps' noise at a floor the
+  // training loss cannot get under (docs/cost_model.md).
+  std::optional<double> kfac_final_rate;
   double kfac_damping = 0.1; // initial damping when adaptive
   double kfac_momentum = 0.5;
   int kfac_inverse_period = 5;
@@ -47,6 +51,10 @@ struct EpochRecord {
   Score train, validation;
   int rejected_steps = 0; // non-finite updates skipped
 };
+
+// K-FAC's learning rate at a 0-based step of a run of `total_steps`: kfac_rate throughout, or
+// with kfac_final_rate the half cosine from kfac_rate at step 0 to kfac_final_rate at the last.
+double scheduled_kfac_rate(const TrainOptions &options, int step, int total_steps);
 
 // Trains from `initial` and returns the weights after the last epoch. `on_epoch` sees epoch 0
 // (the initial weights) and every epoch after it.
