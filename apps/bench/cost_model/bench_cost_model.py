@@ -131,11 +131,12 @@ def main():
                    help="Halide's tool: 1e-4 (its default) and enough others to find its best")
     p.add_argument("--validation", default="pipelines")
     p.add_argument("--num-cores", dest="num_cores", type=int, default=2)
-    p.add_argument("--seeds", default="1,2,3",
+    p.add_argument("--seeds", default=",".join(str(s) for s in range(1, 13)),
                    help="hkfac runs: one per seed (initial weights and batch order); the table "
                         "and the criterion use the per-epoch median")
     p.add_argument("--kfac-flags", dest="kfac_flags",
-                   default="--kfac_rate=1 --kfac_momentum=0.9 --kfac_norm_constraint=0.01",
+                   default="--kfac_rate=0.1 --kfac_final_rate=0.001 --kfac_momentum=0.9 "
+                           "--kfac_norm_constraint=0.01",
                    help="retrain_cost_model flags of the K-FAC run the criterion is judged on "
                         "(the tool's conservative defaults run too, as their own row)")
     p.add_argument("--no-halide", action="store_true")
