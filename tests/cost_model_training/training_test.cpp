@@ -397,7 +397,6 @@ TEST(CostModelTraining, KfacFinalRateDecaysAlongAHalfCosine) {
   EXPECT_EQ(same.back().train.loss, constant.back().train.loss);
   EXPECT_EQ(same.back().validation.loss, constant.back().validation.loss);
   EXPECT_NE(decayed.back().train.loss, constant.back().train.loss);
-  EXPECT_EQ(decayed[1].steps, constant[1].steps);
 
   for (const double bad : {-0.1, std::nan(""), HUGE_VAL}) {
     TrainOptions k;
@@ -414,8 +413,12 @@ TEST(CostModelTraining, KfacFinalRateDecaysAlongAHalfCosine) {
   adaptive.epochs = 1;
   adaptive.kfac_adaptive = true;
   adaptive.kfac_final_rate = 0.01;
-  EXPECT_THROW(train(data, random_weights(S, 77), adaptive, [](const EpochRecord &) {}),
-               hkfac::Error);
+  try {
+    train(data, random_weights(S, 77), adaptive, [](const EpochRecord &) {});
+    ADD_FAILURE() << "a final rate with the adaptive rate was accepted";
+  } catch (const hkfac::Error &e) {
+    EXPECT_NE(std::string(e.what()).find("--kfac_adaptive"), std::string::npos) << e.what();
+  }
 }
 
 // Adam must learn the teacher's orderings: validation loss well below the start, accuracy up.
