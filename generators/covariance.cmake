@@ -7,3 +7,8 @@ hkfac_add_kernel(covariance_update_small FROM hkfac_gen_covariance
                  GENERATOR hkfac_covariance_update PARAMS tiled=false)
 hkfac_add_kernel(covariance_update_wide CPU_ONLY FROM hkfac_gen_covariance
                  GENERATOR hkfac_covariance_update PARAMS tile=48)
+# X narrower than one CPU vector, its rows read in place as whole vectors (covariance_narrow.cpp):
+# the dispatch's kCpuFloatLanes.
+add_halide_generator(hkfac_gen_covariance_narrow SOURCES covariance_narrow.cpp)
+hkfac_add_kernel(covariance_update_narrow CPU_ONLY FROM hkfac_gen_covariance_narrow
+                 GENERATOR hkfac_covariance_update_narrow)

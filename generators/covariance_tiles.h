@@ -118,7 +118,9 @@ inline RegisterBlock register_block(int tile_vecs, int tile, int registers, bool
 // CPU's vector width; 0 on the GPU). A block may reach past X's last column only when X is
 // narrower than a block: X read from a buffer is then first copied into a zero-padded block,
 // while a Func that is computed over whatever its readers need (`x_padded`: the patch matrix,
-// realized in whole vectors) is read as it is.
+// realized in whole vectors) is read as it is. (The dispatch sends a narrow X with dense rows and
+// at least a vector of values to covariance_narrow.cpp instead, which needs no copy; the padded
+// block serves the rest.)
 class CovarianceTiles {
 public:
   // Defines `out` (the generator's output, passed as its Func) from c_in, X and the scalars,

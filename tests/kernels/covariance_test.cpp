@@ -97,6 +97,47 @@ TEST_P(CovarianceKernels, WidthsUnderOneVectorMatchEigen) {
   }
 }
 
+// On the CPU, X narrower than a vector with dense rows and at least a vector of values (n * d >=
+// 16 with AVX-512, 8 with AVX2) is read in place, each row as one vector that reaches into the
+// rows after it; its last rows are read through a clamped index. Every width, around the row
+// count where that switch happens and where the last rows are all of X, plus a long batch.
+TEST_P(CovarianceKernels, NarrowWidthsOverEveryRowCountMatchEigen) {
+  const Device dev = GetParam();
+  HKFAC_SKIP_IF_UNAVAILABLE(dev);
+  for (int d = 1; d <= 16; ++d) {
+    for (int n = 1; n <= 20; ++n) {
+      for (bool homogeneous : {false, true})
+        expect_update_matches(dev, d, n, homogeneous, 0.8f, 0.4f, 11 * d + n, 5 * d + n);
+    }
+    expect_update_matches(dev, d, 1000, true, 0.95f, 0.05f, d, d + 1);
+  }
+}
+
+// A narrow X whose rows are not back to back (a view of some columns of a wider matrix) is not
+// read as consecutive rows: its values must still be its own, not the hidden columns'. From the
+// first column the view keeps its strides (the padded-copy path); from the third its start is
+// not vector-aligned, and the dispatch stages it into a dense aligned copy (the in-place path).
+TEST_P(CovarianceKernels, NarrowViewsOfWiderMatricesMatchEigen) {
+  const Device dev = GetParam();
+  HKFAC_SKIP_IF_UNAVAILABLE(dev);
+  for (int first : {0, 2}) {
+    for (int d : {1, 3, 7, 12}) {
+      for (int n : {5, 300}) {
+        Buffer<float> wide = random_matrix(n, d + 9, 13 * d + n);
+        Buffer<float> x = wide.cropped(0, first, d);
+        x.translate(0, -first); // the kernels take matrices whose coordinates start at 0
+        Buffer<float> c = random_symmetric(d + 1, d);
+        const Eigen::MatrixXd ref = reference(to_eigen_d(c), to_eigen_d(x), 0.9, 0.2, true);
+        kernels::covariance_update(c, x, 0.9f, 0.2f, true, dev);
+        to_host(c);
+        EXPECT_LT(rel_error(to_eigen_d(c), ref), 2e-6 * std::sqrt(double(n)))
+            << "first=" << first << " d=" << d << " n=" << n;
+        EXPECT_TRUE(exactly_symmetric(c)) << "first=" << first << " d=" << d << " n=" << n;
+      }
+    }
+  }
+}
+
 TEST_P(CovarianceKernels, WidthsAroundTheCpuTiledSwitchMatchEigen) {
   const Device dev = GetParam();
   HKFAC_SKIP_IF_UNAVAILABLE(dev);
@@ -147,7 +188,7 @@ TEST_P(CovarianceKernels, RepeatedUpdatesAccumulateTheEma) {
 TEST_P(CovarianceKernels, LongBatchesMatchEigen) {
   const Device dev = GetParam();
   HKFAC_SKIP_IF_UNAVAILABLE(dev);
-  for (int d : {20, 45}) {
+  for (int d : {3, 7, 20, 45}) {
     const int n = 2 * 1024 + 37;
     Buffer<float> x = random_matrix(n, d, 7 * d);
     Buffer<float> c = random_symmetric(d + 1, d);

@@ -1,8 +1,14 @@
 // Dispatch for the covariance (K-FAC factor) update kernel.
 #include "hkfac/kernels/covariance.h"
 
+#include <HalideRuntime.h>
+
+#include <cstdint>
+#include <cstring>
+
 #include "dispatch.h"
 #include "hkfac_k_covariance_update_cpu.h"
+#include "hkfac_k_covariance_update_narrow_cpu.h"
 #include "hkfac_k_covariance_update_small_cpu.h"
 #include "hkfac_k_covariance_update_wide_cpu.h"
 #if HKFAC_HAVE_CUDA
@@ -11,6 +17,45 @@
 #endif
 
 namespace hkfac::kernels {
+
+namespace {
+
+// The narrow kernel's vector width in floats (Halide's natural vector size on the target it was
+// generated for, read from its metadata): X narrower than this takes it.
+int narrow_lanes() {
+  static const int lanes = [] {
+    const char *target = hkfac_k_covariance_update_narrow_cpu_metadata()->target;
+    auto has = [target](const char *feature) {
+      const size_t len = std::strlen(feature);
+      for (const char *p = std::strstr(target, feature); p; p = std::strstr(p + 1, feature)) {
+        if ((p == target || p[-1] == '-') && (p[len] == '-' || p[len] == '\0'))
+          return true;
+      }
+      return false;
+    };
+    return has("avx512") ? 16 : has("avx") || has("avx2") ? 8 : 4;
+  }();
+  return lanes;
+}
+
+// X (a block of its rows) as its values back to back, for the narrow kernel, when X is narrower
+// than a vector, its rows are dense and there are at least a vector of values: the kernel reads
+// each row as a whole vector from the row's start, so it needs that many values in X.
+bool flat_narrow_rows(const halide_buffer_t *x, halide_dimension_t *dim, halide_buffer_t *flat) {
+  const int cols = detail::cols_of(x), rows = detail::rows_of(x);
+  if (cols >= narrow_lanes() || x->dim[0].stride != 1 || (rows > 1 && x->dim[1].stride != cols))
+    return false;
+  const long values = long(rows) * cols;
+  if (values < narrow_lanes() || values > INT32_MAX)
+    return false;
+  *flat = *x;
+  *dim = halide_dimension_t{0, static_cast<int32_t>(values), 1, 0};
+  flat->dimensions = 1;
+  flat->dim = dim;
+  return true;
+}
+
+} // namespace
 
 void covariance_update(Buffer<float> &C, const Buffer<float> &X, float a, float b, bool homogeneous,
                        Device dev) {
@@ -25,7 +70,13 @@ void covariance_update(Buffer<float> &C, const Buffer<float> &X, float a, float 
   halide_buffer_t *c = args.out(C), *x = args.in(X);
   const int cols = detail::cols_of(X.raw_buffer());
   auto run = [&](halide_buffer_t *rows, float a_part) {
-    if (dev == Device::cpu && cols >= detail::kCovarianceWideFrom) {
+    halide_dimension_t flat_dim;
+    halide_buffer_t flat;
+    if (dev == Device::cpu && flat_narrow_rows(rows, &flat_dim, &flat)) {
+      detail::check_halide_result(
+          hkfac_k_covariance_update_narrow_cpu(c, &flat, cols, a_part, b, c),
+          "covariance_update_narrow", dev);
+    } else if (dev == Device::cpu && cols >= detail::kCovarianceWideFrom) {
       detail::check_halide_result(hkfac_k_covariance_update_wide_cpu(c, rows, a_part, b, c),
                                   "covariance_update_wide", dev);
     } else if (cols >=
