@@ -1,6 +1,7 @@
 # Dense layer kernels: forward and backward, one library per activation (no runtime branch); both
 # also as CPU variants with one-vector tiles for layers with a few outputs (kNarrowColumnsTo), the
-# forward pass for a single output as its rows' dot products, and the backward pass as a CPU
+# forward pass for a single output as its rows' dot products (the backward pass as an outer
+# product and one column of sums), and the backward pass as a CPU
 # variant that copies X into rows for dW = Xᵀ dZ, for large batches
 # (kDenseBackwardPackedBatchFrom in runtime/src/dispatch.h).
 add_halide_generator(hkfac_gen_dense SOURCES dense.cpp)
@@ -17,4 +18,6 @@ foreach (act IN ITEMS identity tanh relu sigmoid)
                    GENERATOR hkfac_dense_forward PARAMS activation=${act} tiles=one_column)
   hkfac_add_kernel(dense_backward_${act}_narrow CPU_ONLY FROM hkfac_gen_dense
                    GENERATOR hkfac_dense_backward PARAMS activation=${act} tiles=narrow)
+  hkfac_add_kernel(dense_backward_${act}_one_column CPU_ONLY FROM hkfac_gen_dense
+                   GENERATOR hkfac_dense_backward PARAMS activation=${act} tiles=one_column)
 endforeach ()

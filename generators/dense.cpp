@@ -112,8 +112,8 @@ public:
   // batches, so the dispatch picks this variant by shape (kGemmPackedDepthFrom).
   GeneratorParam<bool> pack_x{"pack_x", false};
   // The CPU's tile shape for dW = Xᵀ dZ, whose columns are the layer's outputs: narrow for layers
-  // with a few (the dispatch's kNarrowColumnsTo). dX's columns are the inputs. (Not one_column:
-  // Xᵀ is read across its rows.)
+  // with a few (the dispatch's kNarrowColumnsTo). dX's columns are the inputs. one_column is a
+  // layer with a single output (generate_one_output).
   GeneratorParam<hkfac::sched::Tiles> tiles{"tiles", hkfac::sched::Tiles::standard,
                                             hkfac::sched::kTilesNames};
 
@@ -129,6 +129,10 @@ public:
   void generate() {
     Expr batch = X.dim(1).extent(), d_in = X.dim(0).extent(), d_out = W.dim(0).extent();
     dZ(j, i) = dY(j, i) * derivative_from_output(activation, Y(j, i));
+    if (tiles == hkfac::sched::Tiles::one_column) {
+      generate_one_output(batch, d_in);
+      return;
+    }
 
     // dX(j, i) = Σ_k dZ(k, i) W(j, k)ᵀ; dW(j, i) = Σ_k X(i, k)ᵀ dZ(j, k).
     dz_rows(k, i) = dZ(k, i);
@@ -138,8 +142,6 @@ public:
 
     x_t(k, i) = X(i, k);
     dz_cols(j, k) = dZ(j, k);
-    if (tiles == hkfac::sched::Tiles::one_column)
-      throw std::invalid_argument("dense_backward: tiles=one_column needs an untransposed a");
     hkfac::sched::Matmul xt_dz("xt_dz", x_t, dz_cols, d_in, d_out, batch, get_target(), tiles);
     dW(j, i) = xt_dz(j, i);
 
@@ -170,6 +172,67 @@ public:
 private:
   Var j{"j"}, i{"i"}, k{"k"};
   Func dz_rows{"dz_rows"}, w_t{"w_t"}, x_t{"x_t"}, dz_cols{"dz_cols"}, col_sum{"col_sum"};
+  Func dw_sum{"dw_sum"};
+
+  // A layer with one output (CPU). dX = dZ Wᵀ is then an outer product, dZ's column times W's
+  // row, with nothing to sum; and dW = Xᵀ dZ is one column, X's rows scaled by dZ and summed:
+  // down the batch, so each vector of inputs accumulates along X's contiguous rows. As products
+  // of the general kernels' tiles, the outer product packed and tiled a depth of one and the
+  // column ran as a narrow tile over Xᵀ's strided columns: 0.37-0.39x OpenBLAS's two sgemm calls
+  // at batch 128, 250 -> 1 (docs/RESULTS.md).
+  void generate_one_output(const Expr &batch, const Expr &d_in) {
+    if (get_target().has_gpu_feature())
+      throw std::invalid_argument("dense_backward: tiles=one_column has a CPU schedule only");
+    dX(j, i) = dZ(0, i) * W(0, j);
+    RDom r(0, batch, "r");
+    dw_sum(j) = 0.0f;
+    dw_sum(j) += X(j, r) * dZ(0, r);
+    dW(k, i) = dw_sum(i);
+    col_sum(j) = 0.0f;
+    col_sum(j) += dZ(0, r);
+    db(j) = col_sum(j);
+
+    // One output: the per-output matrices are columns, contiguous down their rows.
+    dY.dim(0).set_bounds(0, 1).dim(1).set_stride(1);
+    Y.dim(0).set_bounds(0, 1).dim(1).set_stride(1);
+    W.dim(0).set_bounds(0, 1).dim(1).set_stride(1);
+    dZ.dim(0).set_bounds(0, 1).dim(1).set_stride(1);
+    dW.dim(0).set_bounds(0, 1).dim(1).set_stride(1);
+    db.dim(0).set_bounds(0, 1);
+
+    X.set_estimates({{0, 250}, {0, 128}});
+    dY.set_estimates({{0, 1}, {0, 128}});
+    Y.set_estimates({{0, 1}, {0, 128}});
+    dZ.set_estimates({{0, 1}, {0, 128}});
+    W.set_estimates({{0, 1}, {0, 250}});
+    dX.set_estimates({{0, 250}, {0, 128}});
+    dW.set_estimates({{0, 1}, {0, 250}});
+    db.set_estimates({{0, 1}});
+
+    const int vec = natural_vector_size<float>();
+    Var jo{"jo"}, ji{"ji"}, jb{"jb"}, jv{"jv"};
+    // dZ first (batch floats, scalar: a column).
+    dZ.compute_root();
+    // dX: rows of vectors, rows of blocks on both cores once there are enough of them.
+    dX.specialize(d_in >= vec).vectorize(j, vec, TailStrategy::ShiftInwards);
+    dX.specialize(batch * d_in >= kOneOutputParallelFrom).parallel(i, 16);
+    // dW: blocks of kBlockVectors vectors of inputs (that many accumulator chains to cover the
+    // multiply-add latency) walk down the batch; blocks to both cores for wide layers.
+    dw_sum.compute_root().vectorize(j, vec, TailStrategy::GuardWithIf);
+    Stage acc = dw_sum.update();
+    acc.split(j, jo, ji, vec * kBlockVectors, TailStrategy::GuardWithIf)
+        .split(ji, jb, jv, vec)
+        .reorder(jv, jb, r, jo)
+        .vectorize(jv)
+        .unroll(jb);
+    acc.specialize(batch * d_in >= kOneOutputParallelFrom).parallel(jo);
+    dW.specialize(d_in >= vec).vectorize(i, vec, TailStrategy::ShiftInwards);
+    col_sum.compute_root();
+  }
+  // Accumulator vectors per block of dW's inputs, and the products from which dX's rows and dW's
+  // blocks run on both cores.
+  static constexpr int kBlockVectors = 8;
+  static constexpr int kOneOutputParallelFrom = 64 * 1024;
 
   // db: each lane owns a column and walks down the rows (contiguous vector loads). The sums
   // live in an internal (aligned) buffer: Halide 14 emits a vector tail's masked loads and

@@ -21,11 +21,12 @@ const Activation kActivations[] = {Activation::identity, Activation::tanh, Activ
 // large enough for the CPU's packed backward variant (kDenseBackwardPackedBatchFrom), and the
 // outputs on both sides of the CPU's narrow variants (kNarrowColumnsTo = 16), and single outputs
 // on both sides of the one-column variant's depth (kOneColumnDepthFrom = 16; 129 leaves a partial
-// vector of depth, 24 none with AVX2).
+// vector of depth, 24 none with AVX2); the backward pass's one-output variant parallel (300 x
+// 250) and serial, with and without a partial block of inputs.
 const std::vector<std::tuple<int, int, int>> kShapes = {
     {1, 1, 1},     {7, 129, 1},    {129, 1, 7},     {1, 7, 129},  {33, 1001, 7},
     {7, 33, 1001}, {128, 250, 30}, {513, 257, 259}, {37, 20, 16}, {37, 20, 17},
-    {5, 15, 1},    {5, 16, 1},     {33, 24, 1}};
+    {5, 15, 1},    {5, 16, 1},     {33, 24, 1},     {300, 250, 1}};
 
 Eigen::MatrixXd activate(Activation act, const Eigen::MatrixXd &z) {
   switch (act) {
@@ -157,6 +158,29 @@ TEST_P(DenseKernels, BackwardMatchesFiniteDifferencesOfForward) {
 // Users wrap Eigen storage (16-byte aligned) or sub-views; the kernels' vector tails must not
 // assume more alignment than a float's. Every buffer here starts 4 bytes past an aligned address;
 // the second shape takes the packed backward variant.
+// A single output whose one-column matrices are columns of wider ones (rows not back to back):
+// the CPU's one-output variant reads such columns as contiguous vectors, so the dispatch must
+// pass them to the general one; the results must be the columns' own.
+TEST(DenseKernelsCpu, OneOutputOfStridedColumnsMatchesAnalyticGradients) {
+  const int batch = 40, d_in = 70;
+  auto column = [](Buffer<float> &wide) { return wide.cropped(0, 0, 1); };
+  Buffer<float> X = random_matrix(batch, d_in, 1), w3 = random_matrix(d_in, 3, 2);
+  Buffer<float> b = random_vector(1, 3), dy3 = random_matrix(batch, 3, 4);
+  Buffer<float> y3 = make_matrix<float>(batch, 3), dz3 = make_matrix<float>(batch, 3);
+  Buffer<float> dw3 = make_matrix<float>(d_in, 3);
+  Buffer<float> W = column(w3), dY = column(dy3), Y = column(y3), dZ = column(dz3),
+                dW = column(dw3);
+  Buffer<float> dX = make_matrix<float>(batch, d_in), db = make_vector<float>(1);
+  kernels::dense_forward(Y, X, W, b, Activation::tanh, Device::cpu);
+  kernels::dense_backward(dZ, dX, dW, db, dY, Y, X, W, Activation::tanh, Device::cpu);
+  Eigen::MatrixXd dz =
+      to_eigen_d(dY).cwiseProduct(derivative(Activation::tanh, pre_activation(X, W, b)));
+  EXPECT_LT(rel_error(to_eigen_d(dZ), dz), 3e-5);
+  EXPECT_LT(rel_error(to_eigen_d(dX), dz * to_eigen_d(W).transpose()), 3e-5);
+  EXPECT_LT(rel_error(to_eigen_d(dW), to_eigen_d(X).transpose() * dz), 3e-5);
+  EXPECT_LT(rel_error(to_eigen_d(db), dz.colwise().sum()), 3e-5);
+}
+
 class DenseKernelsUnaligned : public ::testing::TestWithParam<std::tuple<int, int, int>> {};
 
 TEST_P(DenseKernelsUnaligned, AcceptsBuffersAlignedOnlyToAFloat) {
@@ -187,7 +211,8 @@ TEST_P(DenseKernelsUnaligned, AcceptsBuffersAlignedOnlyToAFloat) {
 
 INSTANTIATE_TEST_SUITE_P(Cpu, DenseKernelsUnaligned,
                          ::testing::Values(std::make_tuple(7, 33, 129),
-                                           std::make_tuple(513, 257, 259)));
+                                           std::make_tuple(513, 257, 259),
+                                           std::make_tuple(33, 250, 1)));
 
 TEST(DenseKernelsErrors, ShapeMismatchNamesTheArgument) {
   const int batch = 4, d_in = 3, d_out = 5;

@@ -1,18 +1,24 @@
 // Dispatch for the dense layer kernels: shape checks, then the library built for the activation.
 #include "hkfac/kernels/dense.h"
 
+#include <initializer_list>
+
 #include "dispatch.h"
 #include "hkfac_k_dense_backward_identity_cpu.h"
 #include "hkfac_k_dense_backward_identity_narrow_cpu.h"
+#include "hkfac_k_dense_backward_identity_one_column_cpu.h"
 #include "hkfac_k_dense_backward_identity_packed_cpu.h"
 #include "hkfac_k_dense_backward_relu_cpu.h"
 #include "hkfac_k_dense_backward_relu_narrow_cpu.h"
+#include "hkfac_k_dense_backward_relu_one_column_cpu.h"
 #include "hkfac_k_dense_backward_relu_packed_cpu.h"
 #include "hkfac_k_dense_backward_sigmoid_cpu.h"
 #include "hkfac_k_dense_backward_sigmoid_narrow_cpu.h"
+#include "hkfac_k_dense_backward_sigmoid_one_column_cpu.h"
 #include "hkfac_k_dense_backward_sigmoid_packed_cpu.h"
 #include "hkfac_k_dense_backward_tanh_cpu.h"
 #include "hkfac_k_dense_backward_tanh_narrow_cpu.h"
+#include "hkfac_k_dense_backward_tanh_one_column_cpu.h"
 #include "hkfac_k_dense_backward_tanh_packed_cpu.h"
 #include "hkfac_k_dense_forward_identity_cpu.h"
 #include "hkfac_k_dense_forward_identity_narrow_cpu.h"
@@ -129,6 +135,23 @@ auto narrow_backward(Activation act) {
                         hkfac_k_dense_backward_sigmoid_narrow_cpu);
 }
 
+// A single output: dX as an outer product, dW as one column of sums down the batch.
+auto one_column_backward(Activation act) {
+  return for_activation(act, hkfac_k_dense_backward_identity_one_column_cpu,
+                        hkfac_k_dense_backward_tanh_one_column_cpu,
+                        hkfac_k_dense_backward_relu_one_column_cpu,
+                        hkfac_k_dense_backward_sigmoid_one_column_cpu);
+}
+
+// The one-output variant reads its one-column matrices as contiguous vectors.
+bool rows_back_to_back(std::initializer_list<const halide_buffer_t *> columns) {
+  for (const halide_buffer_t *b : columns) {
+    if (b->dimensions >= 2 && b->dim[1].stride != 1)
+      return false;
+  }
+  return true;
+}
+
 } // namespace
 
 void dense_backward(Buffer<float> &dZ, Buffer<float> &dX, Buffer<float> &dW, Buffer<float> &db,
@@ -148,6 +171,12 @@ void dense_backward(Buffer<float> &dZ, Buffer<float> &dX, Buffer<float> &dW, Buf
   detail::AlignedArgs args(dev);
   halide_buffer_t *dy = args.in(dY), *y = args.in(Y), *x = args.in(X), *w = args.in(W),
                   *dz = args.out(dZ), *dx = args.out(dX), *dw = args.out(dW), *dbias = args.out(db);
+  if (dev == Device::cpu && d_out == 1 && rows_back_to_back({dy, y, w, dz, dw})) {
+    detail::check_halide_result(one_column_backward(act)(dy, y, x, w, dz, dx, dw, dbias),
+                                "dense_backward_one_column", dev);
+    args.commit();
+    return;
+  }
   // A few outputs: dW = Xᵀ dZ has that many columns (dX's are the inputs).
   if (dev == Device::cpu && d_out <= detail::kNarrowColumnsTo) {
     detail::check_halide_result(narrow_backward(act)(dy, y, x, w, dz, dx, dw, dbias),
