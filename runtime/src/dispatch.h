@@ -58,6 +58,12 @@ private:
   std::deque<Staged> staged_; // a deque: earlier copies must not move
 };
 
+// The vector width in floats of the target a kernel was generated for (Halide's natural vector
+// size there: 16 with AVX-512, 8 with AVX or AVX2, else 4), read from its metadata's target
+// string. Kernels whose dispatch depends on the width (a narrow variant, padding a batch to whole
+// vectors) ask their own kernel, so the choice follows whatever target the build used.
+int float_lanes(const halide_filter_metadata_t *metadata);
+
 // Shape checks with messages that name the argument.
 void expect_dims(const halide_buffer_t *b, int dims, const char *kernel, const char *arg);
 void expect_extent(const halide_buffer_t *b, int dim, int extent, const char *kernel,

@@ -2,6 +2,7 @@
 #include <HalideRuntime.h>
 
 #include <cstdlib>
+#include <cstring>
 #include <memory>
 #include <string>
 #include <vector>
@@ -154,6 +155,19 @@ AlignedArgs::~AlignedArgs() {
     }
     t_blocks[s.block].in_use = false;
   }
+}
+
+int float_lanes(const halide_filter_metadata_t *metadata) {
+  const char *target = metadata->target;
+  auto has = [target](const char *feature) {
+    const size_t len = std::strlen(feature);
+    for (const char *p = std::strstr(target, feature); p; p = std::strstr(p + 1, feature)) {
+      if ((p == target || p[-1] == '-') && (p[len] == '-' || p[len] == '\0'))
+        return true;
+    }
+    return false;
+  };
+  return has("avx512") ? 16 : has("avx") || has("avx2") ? 8 : 4;
 }
 
 int rows_of(const halide_buffer_t *b) { return b->dimensions >= 2 ? b->dim[1].extent : 1; }

@@ -4,7 +4,6 @@
 #include <HalideRuntime.h>
 
 #include <cstdint>
-#include <cstring>
 
 #include "dispatch.h"
 #include "hkfac_k_covariance_update_cpu.h"
@@ -20,21 +19,9 @@ namespace hkfac::kernels {
 
 namespace {
 
-// The narrow kernel's vector width in floats (Halide's natural vector size on the target it was
-// generated for, read from its metadata): X narrower than this takes it.
+// The narrow kernel's vector width in floats: X narrower than this takes it.
 int narrow_lanes() {
-  static const int lanes = [] {
-    const char *target = hkfac_k_covariance_update_narrow_cpu_metadata()->target;
-    auto has = [target](const char *feature) {
-      const size_t len = std::strlen(feature);
-      for (const char *p = std::strstr(target, feature); p; p = std::strstr(p + 1, feature)) {
-        if ((p == target || p[-1] == '-') && (p[len] == '-' || p[len] == '\0'))
-          return true;
-      }
-      return false;
-    };
-    return has("avx512") ? 16 : has("avx") || has("avx2") ? 8 : 4;
-  }();
+  static const int lanes = detail::float_lanes(hkfac_k_covariance_update_narrow_cpu_metadata());
   return lanes;
 }
 
