@@ -69,7 +69,8 @@ public:
         rows_(gpu_ ? 32 : (narrow_ ? kNarrowRows : cpu_tile_rows(vec_))),
         tiles_per_task_(narrow_ || one_column_ ? kTilesPerTask / 2 : kTilesPerTask),
         a_copy_(name + "_a_copy"), a_rows_(name + "_a_rows"), b_pack_(name + "_b_pack"),
-        tile_(name + "_tile"), dot_lanes_(name + "_dot_lanes"), dot_(name + "_dot") {
+        tile_(name + "_tile"), b_column_(name + "_b_column"), dot_lanes_(name + "_dot_lanes"),
+        dot_(name + "_dot") {
     using namespace Halide;
     RDom k(0, depth, name + "_k");
     k_ = k.x;
@@ -85,10 +86,12 @@ public:
       kc_ = kc.x;
       lane_ = lane.x;
       last_ = last.x;
+      b_column_(kv_) = b(0, kv_);
       dot_lanes_(kv_, ii_, it_) = 0.0f;
-      dot_lanes_(kv_, ii_, it_) += a(kc * vec_ + kv_, row) * b(0, kc * vec_ + kv_);
+      dot_lanes_(kv_, ii_, it_) += a(kc * vec_ + kv_, row) * b_column_(kc * vec_ + kv_);
       const Expr k_last = depth - vec_ + last + kv_;
-      dot_lanes_(kv_, ii_, it_) += select(kv_ >= vec_ - rem, a(k_last, row) * b(0, k_last), 0.0f);
+      dot_lanes_(kv_, ii_, it_) +=
+          select(kv_ >= vec_ - rem, a(k_last, row) * b_column_(k_last), 0.0f);
       dot_(ii_, it_) = 0.0f;
       dot_(ii_, it_) += dot_lanes_(lane, ii_, it_);
       return;
@@ -243,9 +246,12 @@ private:
         .split(it, rb, itt, tiles_per_task_, TailStrategy::GuardWithIf)
         .reorder(j, ii, itt, rb)
         .parallel(rb)
-        .unroll(ii);
-    dot_.compute_at(out, itt).bound(ii_, 0, kNarrowRows).unroll(ii_);
-    dot_.update().reorder(lane_, ii_).unroll(ii_);
+        .vectorize(ii);
+    // b's column, copied once per call: read in place, each block's vector of it was a gather
+    // (b's stride along k is a layer's output count, not known to be 1), 16 per block of rows.
+    b_column_.compute_root().vectorize(kv_, vec_, TailStrategy::ShiftInwards);
+    dot_.compute_at(out, itt).bound(ii_, 0, kNarrowRows).vectorize(ii_);
+    dot_.update().reorder(ii_, lane_).vectorize(ii_);
     dot_lanes_.compute_at(out, itt)
         .bound(kv_, 0, vec_)
         .bound(ii_, 0, kNarrowRows)
@@ -287,8 +293,8 @@ private:
   // Rows of a narrow tile: 8 accumulators, as many as the FMA units keep in flight.
   static constexpr int kNarrowRows = 8;
   Halide::Func a_copy_, a_rows_, b_pack_, tile_;
-  // Tiles::one_column's per-lane sums and dot products.
-  Halide::Func dot_lanes_, dot_;
+  // Tiles::one_column's copy of b's column, per-lane sums and dot products.
+  Halide::Func b_column_, dot_lanes_, dot_;
 };
 
 } // namespace hkfac::sched
