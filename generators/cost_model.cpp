@@ -101,11 +101,14 @@ void schedule_algorithm_part_gpu(Network &net) {
 // native vector of schedules per parallel task; for each stage, that vector's activations
 // (S + 24 + 32 vectors) live on the stack. Whole vectors are computed past the batch's end (the
 // feature reads clamp), only the stores of `total` are guarded.
-void schedule_forward_cpu(Network &net, Func total, RDom r_s, int vec) {
+void schedule_forward_cpu(Network &net, Func total, RDom r_s, int vec,
+                          Expr parallel = Halide::Internal::const_true()) {
   Var no("no"), ni("ni");
   schedule_algorithm_part_cpu(net);
-  total.compute_root().split(net.n, no, ni, vec, kGuard).vectorize(ni).parallel(no);
-  total.update().split(net.n, no, ni, vec, kGuard).reorder(ni, r_s, no).vectorize(ni).parallel(no);
+  total.compute_root().split(net.n, no, ni, vec, kGuard).vectorize(ni);
+  total.specialize(parallel).parallel(no);
+  total.update().split(net.n, no, ni, vec, kGuard).reorder(ni, r_s, no).vectorize(ni);
+  total.update().specialize(parallel).parallel(no);
   for (Func f : {net.x2, net.h2pre, net.h2, net.c1pre}) {
     f.compute_at(total, r_s).bound_extent(net.n, vec).vectorize(net.n);
   }
@@ -350,12 +353,22 @@ private:
   // Records: parallel over (stage, tile of schedules), vectorized across channels; the
   // activations a tile needs are computed at the tile. Weight gradients stream the records once,
   // accumulating the (small) gradient in L1.
+  // Below this many (schedule, stage) pairs the training kernel runs on the calling thread. A
+  // training step's call is short and comes between other work, so Halide's workers have gone to
+  // sleep, and waking them cost more than they saved at small batches: retrain_cost_model on both
+  // archives made 12-18k context switches (127 with this) and, with 300 µs of other work between
+  // calls, 10 stages of 12 schedules took 78 µs on two threads against 50 on one; at 32 schedules
+  // two threads won, 94 against 103 µs (and 72 against 119 back to back).
+  static constexpr int kParallelPairsFrom = 256;
+
   void schedule_cpu(Network &fwd, Network &bwd, RDom r_s, RDom r_ns) {
     const int vec = natural_vector_size<float>();
     const int tile = 16;
     const Var n = fwd.n, c = fwd.c, s = fwd.s, i = fwd.i;
     Var no("no"), ni("ni"), t("t");
-    schedule_forward_cpu(fwd, sums, r_s, vec);
+    const Expr parallel = schedule_features.dim(0).extent() * schedule_features.dim(2).extent() >=
+                          kParallelPairsFrom;
+    schedule_forward_cpu(fwd, sums, r_s, vec, parallel);
     predictions.vectorize(n, vec, kGuard);
     for (Func f : {dl_dq, dp}) {
       f.compute_root().vectorize(n, vec, kGuard);
@@ -369,8 +382,8 @@ private:
       rec->split(n, no, ni, tile, kGuard)
           .reorder(c, ni, no, s)
           .fuse(no, s, t)
-          .parallel(t)
           .vectorize(c, 8, kGuard);
+      rec->specialize(parallel).parallel(t);
     }
     bwd.x2.compute_at(head2_input, t).bound_extent(n, tile).vectorize(n, vec);
     bwd.term.compute_at(conv1_out_grad, t)
@@ -396,8 +409,8 @@ private:
       f.update()
           .split(i, io, ii, 8, kGuard)
           .reorder(c, ii, r_ns.x, r_ns.y, io)
-          .vectorize(c, 8)
-          .parallel(io);
+          .vectorize(c, 8);
+      f.update().specialize(parallel).parallel(io);
     }
     for (Func f : {Func(conv1_bias_grad), Func(head2_bias_grad), Func(head1_bias_grad)}) {
       f.vectorize(c, 8, kGuard);
