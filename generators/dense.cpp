@@ -208,14 +208,19 @@ private:
     dX.set_estimates({{0, 250}, {0, 128}});
     dW.set_estimates({{0, 1}, {0, 250}});
     db.set_estimates({{0, 1}});
+    schedule_one_output_cpu(batch, d_in, r);
+  }
 
+  void schedule_one_output_cpu(const Expr &batch, const Expr &d_in, const RDom &r) {
     const int vec = natural_vector_size<float>();
+    const Expr big = batch * d_in >= kOneOutputParallelFrom;
     Var jo{"jo"}, ji{"ji"}, jb{"jb"}, jv{"jv"};
     // dZ first (batch floats, scalar: a column).
     dZ.compute_root();
     // dX: rows of vectors, rows of blocks on both cores once there are enough of them.
+    dX.specialize(d_in >= vec && big).vectorize(j, vec, TailStrategy::ShiftInwards).parallel(i, 16);
     dX.specialize(d_in >= vec).vectorize(j, vec, TailStrategy::ShiftInwards);
-    dX.specialize(batch * d_in >= kOneOutputParallelFrom).parallel(i, 16);
+    dX.specialize(big).parallel(i, 16);
     // dW: blocks of kBlockVectors vectors of inputs (that many accumulator chains to cover the
     // multiply-add latency) walk down the batch; blocks to both cores for wide layers.
     dw_sum.compute_root().vectorize(j, vec, TailStrategy::GuardWithIf);
@@ -225,7 +230,7 @@ private:
         .reorder(jv, jb, r, jo)
         .vectorize(jv)
         .unroll(jb);
-    acc.specialize(batch * d_in >= kOneOutputParallelFrom).parallel(jo);
+    acc.specialize(big).parallel(jo);
     dW.specialize(d_in >= vec).vectorize(i, vec, TailStrategy::ShiftInwards);
     col_sum.compute_root();
   }
