@@ -16,6 +16,10 @@
 // bounds check. Every entry of XᵀX is one chain of multiply-adds over k in the same order (the
 // rows before the tail, then the tail's), and x(j,k) * x(i,k) is the same product as
 // x(i,k) * x(j,k), so C's two triangles come out bitwise equal.
+#include <functional>
+#include <stdexcept>
+#include <string>
+
 #include "Halide.h"
 
 namespace {
@@ -25,7 +29,8 @@ using namespace Halide;
 class CovarianceUpdateNarrow : public Generator<CovarianceUpdateNarrow> {
 public:
   Input<Buffer<float>> c_in{"c_in", 2};
-  // X's n rows of dx floats, back to back.
+  // X's n rows of dx floats, back to back: at least a vector's worth of values in all (the
+  // dispatch checks), which the bounds of the rows before the tail assume.
   Input<Buffer<float>> x{"x", 1};
   // X's columns: at least 1 and fewer than the target's vector width of floats (the dispatch
   // reads it from this kernel's target).
