@@ -192,7 +192,7 @@ void cost_model_predict(const Buffer<float> &pipeline_features,
                   *h1f = args.in(weights.head1_filter), *h1b = args.in(weights.head1_bias),
                   *h2f = args.in(weights.head2_filter), *h2b = args.in(weights.head2_bias),
                   *c1f = args.in(weights.conv1_filter), *c1b = args.in(weights.conv1_bias),
-                  *p = args.out(predictions);
+                  *out = args.out(predictions), *p = out;
   PaddedBatch *padded = nullptr;
   if (dev == Device::cpu && s.batch < predict_lanes() && sf->host != nullptr &&
       sf->dim[0].stride == 1 && !(sf->flags & halide_buffer_flag_device_dirty)) {
@@ -206,9 +206,9 @@ void cost_model_predict(const Buffer<float> &pipeline_features,
     HKFAC_RUN(cost_model_predict_s73, dev, pf, sf, h1f, h1b, h2f, h2b, c1f, c1b, num_cores, p);
   }
   if (padded) {
-    Buffer<float> out(*args.out(predictions));
+    Buffer<float> kept(*out);
     for (int n = 0; n < s.batch; ++n)
-      out(n) = padded->predictions(n);
+      kept(n) = padded->predictions(n);
   }
   args.commit();
 }
