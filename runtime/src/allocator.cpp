@@ -1,6 +1,10 @@
 // glibc allocator thresholds (see allocator.h).
 #include "hkfac/allocator.h"
 
+// Any C library header defines __GLIBC__ on glibc (through <features.h>); without one before the
+// check below, the check was false and this function compiled to nothing.
+#include <cstdlib>
+
 #if defined(__GLIBC__)
 #include <malloc.h>
 #endif
