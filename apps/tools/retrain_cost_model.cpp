@@ -54,6 +54,9 @@ ABSL_FLAG(int, kfac_inverse_period, 5, "K-FAC: steps between factor inverses");
 ABSL_FLAG(int, kfac_curvature_period, 1,
           "K-FAC: steps between curvature (factor) updates, kfac-jax's curvature_update_period");
 ABSL_FLAG(double, kfac_norm_constraint, 3e-4, "K-FAC: norm constraint (0: none)");
+ABSL_FLAG(bool, kfac_serial_kernels, true,
+          "K-FAC: run the steps' kernels on the calling thread (the network is small: waking the "
+          "kernel thread pool between the optimizer's work costs more than it gives back)");
 ABSL_FLAG(bool, allow_version_mismatch, false,
           "Accept --initial_weights with other feature versions (e.g. Halide 14's)");
 
@@ -180,6 +183,7 @@ int main(int argc, char **argv) {
           o.kfac_norm_constraint = c;
         else
           o.kfac_norm_constraint.reset();
+        o.kfac_serial_kernels = absl::GetFlag(FLAGS_kfac_serial_kernels);
         std::vector<double> rates = parse_rates(absl::GetFlag(FLAGS_rates));
         if (o.optimizer == cm::OptimizerKind::kfac)
           rates = {rates.front()}; // K-FAC's rate is --kfac_rate (or adaptive)

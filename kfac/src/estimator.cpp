@@ -9,6 +9,7 @@
 #include <thread>
 
 #include "hkfac/error.h"
+#include "hkfac/serial_kernels.h"
 
 namespace hkfac::kfac {
 namespace {
@@ -191,13 +192,14 @@ void CurvatureEstimator::update_curvature_estimate(Model &model, const LossRegis
 void CurvatureEstimator::update_inverse(float diagonal_weight) {
   // Blocks are independent and their inverses (Eigen factorisations, single-threaded) dominate
   // a K-FAC step, so they run on all cores, largest first so the big ones do not finish last.
-  // Small models invert in microseconds, less than starting a thread costs.
+  // Small models invert in microseconds, less than starting a thread costs; and a caller inside
+  // a SerialKernels scope asked for its thread alone.
   long total_dim = 0;
   for (const auto &b : blocks_)
     total_dim += b->dim();
   constexpr long kParallelInverseMinDim = 1 << 16;
   const unsigned threads =
-      serial_inverses_ || total_dim < kParallelInverseMinDim
+      serial_inverses_ || kernels_run_serially() || total_dim < kParallelInverseMinDim
           ? 1u
           : std::max(1u, std::min<unsigned>(std::thread::hardware_concurrency(),
                                             static_cast<unsigned>(blocks_.size())));

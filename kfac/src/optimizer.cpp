@@ -1,12 +1,11 @@
 // The K-FAC optimizer step.
 #include "hkfac/kfac/optimizer.h"
 
-#include <HalideRuntime.h>
-
 #include <chrono>
 #include <cmath>
 
 #include "hkfac/error.h"
+#include "hkfac/serial_kernels.h"
 
 namespace hkfac::kfac {
 namespace {
@@ -15,31 +14,6 @@ using Clock = std::chrono::steady_clock;
 double seconds_since(Clock::time_point t) {
   return std::chrono::duration<double>(Clock::now() - t).count();
 }
-
-// Debug mode's single thread, for one call: the thread counts of Halide's pool and Eigen are
-// process-wide, so the caller's are put back on the way out (also when the call throws).
-class SerialKernels {
-public:
-  explicit SerialKernels(bool on) : on_(on) {
-    if (on_) {
-      halide_threads_ = halide_set_num_threads(1);
-      eigen_threads_ = Eigen::nbThreads();
-      Eigen::setNbThreads(1);
-    }
-  }
-  ~SerialKernels() {
-    if (on_) {
-      halide_set_num_threads(halide_threads_);
-      Eigen::setNbThreads(eigen_threads_);
-    }
-  }
-  SerialKernels(const SerialKernels &) = delete;
-  SerialKernels &operator=(const SerialKernels &) = delete;
-
-private:
-  bool on_;
-  int halide_threads_ = 0, eigen_threads_ = 0;
-};
 
 BlockSelection block_selection(const OptimizerOptions &o) {
   BlockSelection s;
@@ -241,13 +215,13 @@ Batch Optimizer::curvature_subset(const Batch &batch) const {
 
 double Optimizer::evaluate(const Params &params, const Batch &batch,
                            std::map<std::string, double> *aux) {
-  const SerialKernels serial(options_.debug);
+  const SerialKernels serial(options_.debug || options_.serial_kernels);
   LossRegistry losses;
   return forward(params, batch, losses, aux, true);
 }
 
 Params Optimizer::gradient(const Params &params, const Batch &batch) {
-  const SerialKernels serial(options_.debug);
+  const SerialKernels serial(options_.debug || options_.serial_kernels);
   LossRegistry losses;
   forward(params, batch, losses, nullptr, false);
   return backward_gradient(params, losses);
@@ -269,7 +243,7 @@ void Optimizer::burn_in(const Params &params, const std::function<Batch()> &next
 
 StepStats Optimizer::step(Params &params, const std::function<Batch()> &next_batch,
                           const StepValues &values) {
-  const SerialKernels serial(options_.debug);
+  const SerialKernels serial(options_.debug || options_.serial_kernels);
   const Clock::time_point start = Clock::now();
   check_params(params);
   StepStats st;

@@ -1,11 +1,14 @@
 // Optimizer semantics: burn-in, moving averages, update periods, schedules, norm constraint,
 // rejection of non-finite steps, adaptive damping / learning rate, and K-FAC against SGD.
 #include <HalideRuntime.h>
+
+#include <atomic>
 #include <gtest/gtest.h>
 
 #include "hkfac/error.h"
 #include "hkfac/kfac/blocks/dense_two_kronecker_factored.h"
 #include "hkfac/kfac/optimizer.h"
+#include "hkfac/serial_kernels.h"
 #include "reference.h"
 
 namespace hkfac::kfac {
@@ -233,29 +236,29 @@ TEST(kfacOptimizer, ParametersThatFailOnThreeBatchesInARowAreAnError) {
   }
 }
 
-// Debug mode runs the kernels on one thread while the optimizer works, and only then: Halide's
-// thread count is process-wide, so the caller's comes back after every call, a throwing one too.
+// Debug mode runs the kernels on the calling thread while the optimizer works, and only then:
+// the scope ends with every call, a throwing one too, and it never touches Halide's process-wide
+// thread count.
 TEST(kfacOptimizer, DebugModeIsSerialOnlyDuringItsCalls) {
   Regression r;
   OptimizerOptions o = basic_options();
   o.debug = true;
-  int threads_inside = -1;
+  int serial_inside = -1;
   ValueFunction value = [&](const Matrix &out, const Batch &batch, ValueContext &ctx) {
-    // Returns the count in force (and sets 1, which debug mode has set already).
-    threads_inside = halide_set_num_threads(1);
+    serial_inside = kernels_run_serially();
     Regression::value(out, batch, ctx);
   };
   const int callers = 3;
   const int original = halide_set_num_threads(callers);
   Optimizer opt(r.model, value, o);
-  EXPECT_EQ(halide_set_num_threads(callers), callers) << "the constructor changed it";
+  EXPECT_FALSE(kernels_run_serially()) << "the constructor left a scope open";
   opt.step(r.params, r.source(), values(0.1, 0.0, 1e-2));
-  EXPECT_EQ(threads_inside, 1);
-  EXPECT_EQ(halide_set_num_threads(callers), callers) << "step() did not restore it";
-  threads_inside = -1;
+  EXPECT_EQ(serial_inside, 1);
+  EXPECT_FALSE(kernels_run_serially()) << "step() left a scope open";
+  serial_inside = -1;
   opt.evaluate(r.params, r.next());
-  EXPECT_EQ(threads_inside, 1);
-  EXPECT_EQ(halide_set_num_threads(callers), callers) << "evaluate() did not restore it";
+  EXPECT_EQ(serial_inside, 1);
+  EXPECT_FALSE(kernels_run_serially()) << "evaluate() left a scope open";
   Params broken = r.params;
   broken[0](0, 0) = std::numeric_limits<float>::quiet_NaN();
   try {
@@ -265,13 +268,67 @@ TEST(kfacOptimizer, DebugModeIsSerialOnlyDuringItsCalls) {
     EXPECT_NE(std::string(e.what()).find("'params' contain NaN or Inf"), std::string::npos)
         << e.what();
   }
-  EXPECT_EQ(halide_set_num_threads(callers), callers) << "a throwing step() did not restore it";
+  EXPECT_FALSE(kernels_run_serially()) << "a throwing step() left a scope open";
+  EXPECT_EQ(halide_set_num_threads(callers), callers) << "the process-wide count changed";
 
-  // Without debug mode the same parameters are a rejected step, not an error.
-  Optimizer plain(r.model, Regression::value, basic_options());
+  // Without debug mode the same parameters are a rejected step, not an error, and the kernels
+  // use the pool.
+  serial_inside = -1;
+  Optimizer plain(r.model, value, basic_options());
   plain.step(r.params, r.source(), values(0.1, 0.0, 1e-2));
+  EXPECT_EQ(serial_inside, 0);
   EXPECT_TRUE(plain.step(broken, r.source(), values(0.1, 0.0, 1e-2)).rejected);
   halide_set_num_threads(original);
+}
+
+// serial_kernels moves where the kernels run, not what they compute: the same parameters to the
+// bit after steps with curvature and inverse updates, the quadratic model and rho. (600 hidden
+// units and 1000 examples, so the factor updates and the layers' passes are large enough for the
+// pool to take them when allowed.)
+TEST(kfacOptimizer, SerialKernelsGiveTheSameStepsAsThePool) {
+  auto run = [](bool serial) {
+    Regression r(600, 1000);
+    OptimizerOptions o = basic_options();
+    o.serial_kernels = serial;
+    o.use_adaptive_damping = true;
+    o.use_adaptive_learning_rate = true;
+    o.use_adaptive_momentum = true;
+    o.inverse_update_period = 2;
+    o.always_compute_rho = true;
+    int serial_inside = -1;
+    ValueFunction value = [&](const Matrix &out, const Batch &batch, ValueContext &ctx) {
+      serial_inside = kernels_run_serially();
+      Regression::value(out, batch, ctx);
+    };
+    Optimizer opt(r.model, value, o);
+    std::vector<double> losses;
+    for (int i = 0; i < 6; ++i)
+      losses.push_back(opt.step(r.params, r.source()).loss);
+    EXPECT_EQ(serial_inside, serial ? 1 : 0);
+    return std::make_pair(r.params, losses);
+  };
+  // In a fresh process (ctest runs each case alone), a counting handler set now sits under the
+  // scopes' handler and sees every pooled loop: the pooled run must have some, the serial none.
+  static std::atomic<int> pooled_loops{0};
+  const halide_do_par_for_t fresh = halide_set_custom_do_par_for(
+      [](void *uc, halide_task_t f, int min, int size, uint8_t *closure) {
+        ++pooled_loops;
+        return halide_default_do_par_for(uc, f, min, size, closure);
+      });
+  const bool counting = fresh == halide_default_do_par_for;
+  if (!counting)
+    halide_set_custom_do_par_for(fresh);
+  const auto [pooled, pooled_losses] = run(false);
+  const int after_pooled = pooled_loops.load();
+  const auto [serial, serial_losses] = run(true);
+  if (counting) {
+    EXPECT_GT(after_pooled, 0) << "the pooled run never used the pool: the test proves nothing";
+    EXPECT_EQ(pooled_loops.load(), after_pooled) << "the serial run used the pool";
+  }
+  EXPECT_EQ(pooled_losses, serial_losses);
+  ASSERT_EQ(pooled.size(), serial.size());
+  for (size_t i = 0; i < pooled.size(); ++i)
+    EXPECT_EQ(pooled[i], serial[i]) << "parameter " << i;
 }
 
 // rho measures how well the quadratic model predicted the change: a small step on a smooth

@@ -130,6 +130,7 @@ kfac::OptimizerOptions kfac_options(const TrainOptions &o, int steps_per_epoch) 
   k.curvature_ema = 0.95;
   k.norm_constraint = o.kfac_norm_constraint;
   k.seed = o.seed;
+  k.serial_kernels = o.kfac_serial_kernels;
   k.initial_damping = o.kfac_damping;
   if (o.kfac_adaptive) {
     k.use_adaptive_damping = true;
