@@ -114,12 +114,18 @@ std::vector<kfac::ParamShape> CostModelNet::param_shapes() const {
 
 kfac::Matrix CostModelNet::example_major(const Buffer<float> &b) const {
   const int F = b.dim(0).extent();
+  if (b.dimensions() != 3 || b.dim(1).extent() != B_ || b.dim(2).extent() != T_ ||
+      b.dim(0).stride() != 1)
+    throw Error("cost model: a training-kernel output is not an (F, batch, stages) buffer with "
+                "unit stride in F");
+  // Row n·T + s is b(:, n, s): F contiguous floats at n·stride1 + s·stride2.
   kfac::Matrix m(static_cast<Eigen::Index>(B_) * T_, F);
+  const float *base = b.data();
+  const std::ptrdiff_t s1 = b.dim(1).stride(), s2 = b.dim(2).stride();
   for (int n = 0; n < B_; ++n) {
-    for (int s = 0; s < T_; ++s) {
-      for (int f = 0; f < F; ++f)
-        m(static_cast<Eigen::Index>(n) * T_ + s, f) = b(f, n, s);
-    }
+    for (int s = 0; s < T_; ++s)
+      std::memcpy(m.row(static_cast<Eigen::Index>(n) * T_ + s).data(), base + n * s1 + s * s2,
+                  sizeof(float) * F);
   }
   return m;
 }
@@ -209,7 +215,7 @@ kfac::Matrix CostModelNet::forward(const kfac::Params &params, const kfac::Batch
   return predictions;
 }
 
-kfac::Params CostModelNet::backward(const kfac::Matrix &output_cotangent) {
+void CostModelNet::backward_records(const kfac::Matrix &output_cotangent) {
   if (!params_)
     throw Error("CostModelNet::backward: call forward first");
   if (output_cotangent.rows() != B_ || output_cotangent.cols() != 1) {
@@ -219,16 +225,20 @@ kfac::Params CostModelNet::backward(const kfac::Matrix &output_cotangent) {
   }
   // Each schedule's output is one scalar, so every backward pass is the ones pass scaled per
   // example: the optimizer's gradient and curvature passes share forward's kernel run.
-  auto scale_rows = [&](const kfac::Matrix &per_stage) {
-    kfac::Matrix m = per_stage;
-    for (int n = 0; n < B_; ++n)
-      m.middleRows(static_cast<Eigen::Index>(n) * T_, T_) *= output_cotangent(n, 0);
-    return m;
+  auto scale_rows = [&](const kfac::Matrix &per_stage, kfac::Matrix &out) {
+    out.resize(per_stage.rows(), per_stage.cols());
+    for (int n = 0; n < B_; ++n) {
+      const Eigen::Index first = static_cast<Eigen::Index>(n) * T_;
+      out.middleRows(first, T_) = per_stage.middleRows(first, T_) * output_cotangent(n, 0);
+    }
   };
   records_[0].output_grads = output_cotangent.col(0).asDiagonal() * ones_head1_;
-  records_[1].output_grads = scale_rows(ones_head2_);
-  records_[2].output_grads = scale_rows(dp_dc1_);
+  scale_rows(ones_head2_, records_[1].output_grads);
+  scale_rows(dp_dc1_, records_[2].output_grads);
+}
 
+kfac::Params CostModelNet::backward(const kfac::Matrix &output_cotangent) {
+  backward_records(output_cotangent);
   kfac::Params grads = kfac::zeros_like(*params_);
   const Eigen::RowVectorXf head1 = records_[0].output_grads.colwise().sum();
   std::memcpy(grads[0].data(), head1.data(), sizeof(float) * grads[0].size());

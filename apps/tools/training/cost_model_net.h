@@ -49,6 +49,9 @@ public:
   const std::vector<kfac::LayerTag> &tags() const override { return tags_; }
   kfac::Matrix forward(const kfac::Params &params, const kfac::Batch &batch) override;
   kfac::Params backward(const kfac::Matrix &output_cotangent) override;
+  // The records alone (the curvature passes): the per-example rows, without the parameter
+  // gradients' reductions and products.
+  void backward_records(const kfac::Matrix &output_cotangent) override;
   kfac::Matrix jvp(const kfac::Params &tangent) override;
   const kfac::TagRecord &record(int tag) const override { return records_.at(tag); }
 

@@ -134,12 +134,29 @@ Buffer<float> pack_schedule_features(const PipelineData &p, const std::vector<in
   if (B == 0)
     throw Error("pack_schedule_features: no schedules");
   const int S = p.schedule_features.front().dim(0).extent(), T = p.num_stages;
-  Buffer<float> out(B, S, T);
+  // out(n, k, s) is at n + B·(k + S·s): the schedules' dense (S, T) buffers become the columns of
+  // an (S·T) x B matrix. Blocks of 16 schedules keep the writes contiguous and the reads in 16
+  // streams (element by element through Buffer's operator() this took 8% of a K-FAC step).
+  std::vector<const float *> src(B);
   for (int n = 0; n < B; ++n) {
     const Buffer<float> &f = p.schedule_features.at(schedules[n]);
-    for (int s = 0; s < T; ++s) {
-      for (int k = 0; k < S; ++k)
-        out(n, k, s) = f(k, s);
+    if (f.dimensions() != 2 || f.dim(0).extent() != S || f.dim(1).extent() != T ||
+        f.dim(0).stride() != 1 || f.dim(1).stride() != S)
+      throw Error("pack_schedule_features: schedule " + std::to_string(schedules[n]) +
+                  " of pipeline '" + p.name + "' is not a dense (" + std::to_string(S) + ", " +
+                  std::to_string(T) + ") buffer");
+    src[n] = f.data();
+  }
+  Buffer<float> out(B, S, T);
+  float *dst = out.data();
+  const int per = S * T;
+  constexpr int kBlock = 16;
+  for (int n0 = 0; n0 < B; n0 += kBlock) {
+    const int n1 = std::min(B, n0 + kBlock);
+    for (int j = 0; j < per; ++j) {
+      float *row = dst + static_cast<size_t>(j) * B;
+      for (int n = n0; n < n1; ++n)
+        row[n] = src[n][j];
     }
   }
   return out;
