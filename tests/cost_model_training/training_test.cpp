@@ -233,6 +233,28 @@ TEST(CostModelNet, JvpMatchesFiniteDifferencesOfForward) {
   EXPECT_LT((jt - fd).norm(), 2e-2 * fd.norm()) << "jvp\n" << jt << "\nfd\n" << fd;
 }
 
+// The packed batch is every schedule's (S, stages) buffer, schedule index fastest, in the order
+// asked (37 schedules: two blocks of 16 and a partial one, several repeated).
+TEST(CostModelNet, PackedScheduleFeaturesHoldEachScheduleInBatchOrder) {
+  const TrainingData data = synthetic_data(4, 40, 9, Split{Split::Kind::none, ""});
+  const PipelineData &p = data.pipelines[3]; // 4 stages
+  std::vector<int> schedules;
+  for (int n = 0; n < 37; ++n)
+    schedules.push_back((n * 17 + 5) % static_cast<int>(p.schedule_features.size()));
+  const Buffer<float> packed = pack_schedule_features(p, schedules);
+  ASSERT_EQ(packed.dim(0).extent(), 37);
+  ASSERT_EQ(packed.dim(1).extent(), S);
+  ASSERT_EQ(packed.dim(2).extent(), p.num_stages);
+  for (int n = 0; n < 37; ++n) {
+    const Buffer<float> &f = p.schedule_features[schedules[n]];
+    for (int s = 0; s < p.num_stages; ++s) {
+      for (int k = 0; k < S; ++k)
+        ASSERT_EQ(packed(n, k, s), f(k, s))
+            << "schedule " << n << " feature " << k << " stage " << s;
+    }
+  }
+}
+
 // backward() scales the ones pass per schedule instead of running the kernel again; the kernel
 // run with the cotangent itself is the reference.
 TEST(CostModelNet, BackwardEqualsTheTrainingKernelRunWithThatCotangent) {
