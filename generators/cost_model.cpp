@@ -451,7 +451,11 @@ private:
       (void)channels;
       rec->gpu_tile(c, n, s, co, no, so, ci, ni, si, 8, 32, 1, kGuard);
     }
-    bwd.x2.compute_at(head2_input, ni);
+    // At the innermost thread loop: computed at ni (thread y), with the channel threads inside,
+    // Halide 14 gave every thread its own copy of the 8 channels but sized the block's buffer
+    // for one, and the threads wrote past its end (found by scripts/opencl-check under pocl:
+    // heap corruption at batch 7; on a GPU, writes past a device allocation).
+    bwd.x2.compute_at(head2_input, ci);
     // Terms at root, one thread per (schedule, stage): a thread per (term, schedule) would
     // evaluate the whole mux.
     bwd.term.compute_root()
