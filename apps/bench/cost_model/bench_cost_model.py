@@ -40,11 +40,18 @@ def read_csv(path):
         return [dict(r) for r in csv.DictReader(f)]
 
 
-def hkfac_run(args, name, extra, samples):
+def hkfac_run(args, name, extra, samples, per_seed_runs):
     """One hkfac configuration, once per seed; returns the per-epoch median over seeds (the
-    validation loss is heavy-tailed: one mispredicted held-out schedule can dominate a run)."""
+    validation loss is heavy-tailed: one mispredicted held-out schedule can dominate a run) and
+    keeps the per-seed rows in per_seed_runs[name]."""
     per_seed = [hkfac_run_seed(args, f"{name}_seed{seed}", extra, samples, seed)
                 for seed in args.seeds]
+    per_seed_runs[name] = per_seed
+    return median_rows(per_seed)
+
+
+def median_rows(per_seed):
+    """Per epoch: the median over seeds of the losses and accuracy, the mean of the seconds."""
     epochs = min(len(r) for r in per_seed)
     rows = []
     for e in range(epochs):
@@ -134,6 +141,8 @@ def main():
     p.add_argument("--seeds", default=",".join(str(s) for s in range(1, 13)),
                    help="hkfac runs: one per seed (initial weights and batch order); the table "
                         "and the criterion use the per-epoch median")
+    p.add_argument("--group-size", dest="group_size", type=int, default=3,
+                   help="also read the criterion on consecutive groups of this many seeds (0: not)")
     p.add_argument("--kfac-flags", dest="kfac_flags",
                    default="--kfac_rate=0.1 --kfac_final_rate=0.001 --kfac_momentum=0.9 "
                            "--kfac_norm_constraint=0.01",
@@ -158,15 +167,15 @@ def main():
           f"{args.validation}, seeds {args.seeds}; 'hkfac K-FAC' is {args.kfac_flags}",
           flush=True)
 
-    results = {}
+    results, per_seed = {}, {}
     results["hkfac K-FAC (tool defaults)"] = hkfac_run(args, "kfac_defaults", ["--optimizer=kfac"],
-                                                      all_list)
+                                                      all_list, per_seed)
     results["hkfac K-FAC"] = hkfac_run(args, "kfac", ["--optimizer=kfac"] + args.kfac_flags.split(),
-                                       all_list)
+                                       all_list, per_seed)
     for rate in args.adam_rates.split(","):
         results[f"hkfac Adam {rate}"] = hkfac_run(args, f"adam_{rate}",
                                                   ["--optimizer=adam", f"--rates={rate}"],
-                                                  all_list)
+                                                  all_list, per_seed)
     halide = {}
     if not args.no_halide and os.path.exists(HALIDE_RETRAIN):
         # The split: what our tool marks as training / validation.
@@ -230,6 +239,26 @@ def main():
     else:
         print(f"K-FAC does not reach {best_adam}'s final validation loss {target:.4f} within "
               f"{kfac[-1]['epoch']} epochs (its best: {min(r['val_loss'] for r in kfac):.4f})")
+    # The same criterion on consecutive groups of seeds, each group's medians on their own: how
+    # much of the result the particular seeds make.
+    g = args.group_size
+    if g > 0 and len(args.seeds) >= 2 * g:
+        print(f"\nBy groups of {g} seeds (each group's own medians and best Adam rate):")
+        for first in range(0, len(args.seeds) - g + 1, g):
+            seeds = args.seeds[first:first + g]
+            group = {name: median_rows(runs[first:first + g]) for name, runs in per_seed.items()}
+            adams = [f"adam_{rate}" for rate in args.adam_rates.split(",")]
+            best = min(adams, key=lambda k: group[k][-1]["val_loss"])
+            last = group[best][-1]
+            reached = first_reaching(group["kfac"], last["val_loss"])
+            label = f"  seeds {seeds[0]}-{seeds[-1]}: best {best} final {last['val_loss']:.4f}"
+            if reached:
+                print(f"{label}; K-FAC at epoch {reached['epoch']} ({reached['seconds']:.2f} s "
+                      f"against {last['seconds']:.2f}): epoch ratio "
+                      f"{reached['epoch'] / last['epoch']:.2f}, time ratio "
+                      f"{reached['seconds'] / last['seconds']:.2f}")
+            else:
+                print(f"{label}; K-FAC does not reach it")
 
     try:
         import matplotlib
