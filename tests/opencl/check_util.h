@@ -25,6 +25,38 @@ inline void fill_random(Halide::Runtime::Buffer<float> &b, std::mt19937 &rng) {
   b.set_host_dirty();
 }
 
+// A symmetric square C with values in [-0.5, 0.5), marked as the copy to upload: the covariance
+// updates' precondition on C.
+inline void fill_random_symmetric(Halide::Runtime::Buffer<float> &c, std::mt19937 &rng) {
+  fill_random(c, rng);
+  for (int i = 0; i < c.dim(0).extent(); i++)
+    for (int j = 0; j < i; j++)
+      c(i, j) = c(j, i);
+}
+
+// A covariance update's result C against 0.9·C0 + 0.1·X̄ᵀX̄ in double, X̄ given entrywise as
+// xbar(row, column) over `rows` rows: the largest |want - got| / (1 + |want|), and in *symmetric
+// whether C is exactly symmetric.
+template <class XBar>
+double covariance_update_error(const Halide::Runtime::Buffer<float> &c0,
+                               const Halide::Runtime::Buffer<float> &c, int rows, XBar xbar,
+                               bool *symmetric) {
+  const int dc = c.dim(0).extent();
+  double err = 0;
+  *symmetric = true;
+  for (int i = 0; i < dc; i++) {
+    for (int j = 0; j < dc; j++) {
+      double sum = 0;
+      for (int r = 0; r < rows; r++)
+        sum += xbar(r, i) * xbar(r, j);
+      const double want = 0.9 * c0(i, j) + 0.1 * sum;
+      err = std::max(err, std::fabs(want - c(i, j)) / (1 + std::fabs(want)));
+      *symmetric &= c(i, j) == c(j, i);
+    }
+  }
+  return err;
+}
+
 // (batch, d_in, d_out) of the dense kernel tests (tests/kernels/dense_test.cpp), plus a batch for
 // the CPU's packed backward variant.
 constexpr int kDenseShapes[][3] = {{1, 1, 1},     {7, 129, 1},   {129, 1, 7},    {1, 7, 129},

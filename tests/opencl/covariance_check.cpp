@@ -25,26 +25,13 @@ int main(int argc, char **argv) {
         const int dc = d + homogeneous;
         Buffer<float> X(d, n), C(dc, dc), C0(dc, dc);
         hkfac::opencl_check::fill_random(X, rng);
-        hkfac::opencl_check::fill_random(C, rng);
-        for (int i = 0; i < dc; i++) {
-          for (int j = 0; j < i; j++)
-            C(i, j) = C(j, i);
-        }
+        hkfac::opencl_check::fill_random_symmetric(C, rng);
         hkfac::copy_values(C0, C);
         const int rc = kernel(C, X, 0.9f, 0.1f, C);
         C.copy_to_host();
-        double err = 0;
         bool symmetric = true;
-        for (int i = 0; i < dc; i++) {
-          for (int j = 0; j < dc; j++) {
-            double sum = 0;
-            for (int r = 0; r < n; r++)
-              sum += (i < d ? double(X(i, r)) : 1.0) * (j < d ? double(X(j, r)) : 1.0);
-            const double want = 0.9 * C0(i, j) + 0.1 * sum;
-            err = std::max(err, std::fabs(want - C(i, j)) / (1 + std::fabs(want)));
-            symmetric &= C(i, j) == C(j, i);
-          }
-        }
+        const double err = hkfac::opencl_check::covariance_update_error(
+            C0, C, n, [&](int r, int i) { return i < d ? double(X(i, r)) : 1.0; }, &symmetric);
         const std::string what = "covariance d=" + std::to_string(d) + " n=" + std::to_string(n) +
                                  " homogeneous=" + std::to_string(homogeneous) +
                                  (symmetric ? "" : " NOT SYMMETRIC");

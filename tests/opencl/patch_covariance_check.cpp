@@ -65,27 +65,15 @@ int main(int argc, char **argv) {
     const hkfac::opencl_check::Mat p = patches(g, images, rows, cols);
     const int dc = cols + 1;
     Buffer<float> C(dc, dc), C0(dc, dc);
-    hkfac::opencl_check::fill_random(C, rng);
-    for (int i = 0; i < dc; i++)
-      for (int j = 0; j < i; j++)
-        C(i, j) = C(j, i);
+    hkfac::opencl_check::fill_random_symmetric(C, rng);
     hkfac::copy_values(C0, C);
     const int rc =
         kernel(C, images, 0.9f, 0.1f, g.h, g.w, g.c, g.kh, g.kw, g.sh, g.sw, g.ph, g.pw, C);
     C.copy_to_host();
-    double err = 0;
     bool symmetric = true;
-    for (int i = 0; i < dc; i++) {
-      for (int j = 0; j < dc; j++) {
-        double sum = 0;
-        for (int r = 0; r < rows; r++)
-          sum += (i < cols ? p[size_t(r) * cols + i] : 1.0) *
-                 (j < cols ? p[size_t(r) * cols + j] : 1.0);
-        const double want = 0.9 * C0(i, j) + 0.1 * sum;
-        err = std::max(err, std::fabs(want - C(i, j)) / (1 + std::fabs(want)));
-        symmetric &= C(i, j) == C(j, i);
-      }
-    }
+    const double err = hkfac::opencl_check::covariance_update_error(
+        C0, C, rows, [&](int r, int i) { return i < cols ? p[size_t(r) * cols + i] : 1.0; },
+        &symmetric);
     const std::string what = "patch_covariance " + std::to_string(g.h) + "x" + std::to_string(g.w) +
                              "x" + std::to_string(g.c) + " kernel " + std::to_string(g.kh) + "x" +
                              std::to_string(g.kw) + " stride " + std::to_string(g.sh) + "x" +

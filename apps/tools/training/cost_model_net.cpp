@@ -217,7 +217,7 @@ kfac::Matrix CostModelNet::forward(const kfac::Params &params, const kfac::Batch
 
 void CostModelNet::backward_records(const kfac::Matrix &output_cotangent) {
   if (!params_)
-    throw Error("CostModelNet::backward: call forward first");
+    throw Error("CostModelNet: call forward before backward");
   if (output_cotangent.rows() != B_ || output_cotangent.cols() != 1) {
     throw Error("CostModelNet: the cotangent must be " + std::to_string(B_) + " x 1, got " +
                 std::to_string(output_cotangent.rows()) + " x " +

@@ -89,7 +89,7 @@ struct OptimizerOptions {
   // the curvature's work alike) on the calling thread (hkfac::SerialKernels), and the factor
   // inverses too. For small models: their kernels take microseconds with other work in between,
   // and waking Halide's worker pool for each costs more than the second core gives back (the
-  // cost model's 4k parameters, 40 epochs on 2 cores: a median 1.84 s serial against 2.02 s
+  // cost model's 4k parameters, 40 epochs on 2 cores: a median 1.84 s serial against 2.01 s
   // pooled over 8 alternated pairs). Other threads' kernels are unaffected; the results are the
   // same bits.
   bool serial_kernels = false;
