@@ -203,7 +203,9 @@ public:
     // pair per task, the two cores wrote alternate tiles of a row and passed those lines back
     // and forth (runs of 8 were 4-8% faster at d = 785 and 1001, n = 128). The mirrored side
     // reads the pair's stack tile down its columns (a gather per vector from L1), which measured
-    // cheaper than staging the tile through Halide's nested-vector transpose.
+    // cheaper than staging the tile through Halide's nested-vector transpose, and as fast as or
+    // faster than interleave stages in registers: the stores to C limit this loop, and even
+    // writing the lower tile untransposed gained nothing (docs/RESULTS.md, 24th session).
     const Halide::Expr run = clamp(p.extent() / 16, 1, 8); // p runs over the pairs
     RVar po{"po"}, pin{"pin"};
     result.update(0)

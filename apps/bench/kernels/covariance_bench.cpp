@@ -55,6 +55,23 @@ hkfac::bench::Case make_case(Shape s) {
            *c_eigen *= a;
            c_eigen->selfadjointView<Eigen::Upper>().rankUpdate(xbar->transpose(), b);
          }}};
+    // C's rows padded to whole cache lines (64 bytes), for both the kernel and ssyrk: with
+    // d = 1001 a row is 4,004 bytes, so most of C's vector stores straddle two lines.
+    const int ld = (d + 15) / 16 * 16;
+    if (ld != d && d >= 257) {
+      auto storage = std::make_shared<Buffer<float>>(ld, d);
+      storage->fill(0.0f);
+      auto cov_padded = std::make_shared<Buffer<float>>(storage->cropped(0, 0, d));
+      auto c_blas_padded = std::make_shared<std::vector<float>>(size_t(ld) * d, 0.0f);
+      cs.push_back({"halide, C rows padded", [=] {
+                      hkfac::kernels::covariance_update(*cov_padded, *x, a, b, s.homogeneous,
+                                                        hkfac::bench::device());
+                    }});
+      cs.push_back({"openblas, C rows padded", [=] {
+                      cblas_ssyrk(CblasRowMajor, CblasUpper, CblasTrans, d, n, b, xbar->data(), d,
+                                  a, c_blas_padded->data(), ld);
+                    }});
+    }
     if (hkfac::bench::cublas::enabled()) {
       namespace cublas = hkfac::bench::cublas;
       auto dx = std::make_shared<cublas::DeviceArray>(xbar->data(), size_t(n) * d);
