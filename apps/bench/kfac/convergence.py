@@ -4,10 +4,12 @@ wall-clock budget, K-FAC vs Adam at each learning rate in the same binary (apps/
 plus PyTorch Adam (Debian's python3-torch) on the identical model and data at the best rate, one
 run after another in this session.
 
-K-FAC runs with the flags of --kfac-flags: by default apps/autoencoder/kfac_tuned.flags (shared
-with the demo), the quadratic model's learning rate and momentum, adaptive damping, and batch 256
-(much of a K-FAC step's cost, the preconditioning and the inverses, does not grow with the batch,
-so it pays to feed it more examples per step). So that the batch size alone cannot explain a
+K-FAC runs with the flags of --kfac-flags: by default apps/autoencoder/kfac_fixed_rate.flags, a
+fixed learning rate (1e-2) and momentum (0.3), adaptive damping, and batch 256 (much of a K-FAC
+step's cost, the preconditioning and the inverses, does not grow with the batch, so it pays to
+feed it more examples per step). The demo's apps/autoencoder/kfac_tuned.flags take the learning
+rate and momentum from the quadratic model instead: about as much progress per step, but two
+Jacobian-vector products more per step (docs/RESULTS.md, twenty-fourth session). So that the batch size alone cannot explain a
 difference, the best Adam rate is also run at each of --adam-extra-batches, and the target is the
 best final loss of all Adam runs.
 
@@ -161,9 +163,10 @@ def main():
     p.add_argument("--budget", type=float, default=600, help="seconds per run")
     p.add_argument("--adam-rates", default="1e-4,3e-4,1e-3,3e-3")
     p.add_argument("--kfac-flags",
-                   default="--flagfile=" + os.path.join(REPO, "apps/autoencoder/kfac_tuned.flags"),
-                   help="extra autoencoder flags for the K-FAC run (default: the tuned settings "
-                   "that the demo also uses)")
+                   default="--flagfile=" + os.path.join(REPO,
+                                                        "apps/autoencoder/kfac_fixed_rate.flags"),
+                   help="extra autoencoder flags for the K-FAC run (default: the fixed-rate "
+                   "settings; the demo's adaptive ones are apps/autoencoder/kfac_tuned.flags)")
     p.add_argument("--adam-extra-batches", default="256",
                    help="batch sizes (besides 128) at which the best Adam rate also runs")
     p.add_argument("--smooth", type=int, default=50, help="running-median window, steps")
