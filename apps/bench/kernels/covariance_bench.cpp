@@ -4,6 +4,7 @@
 #include <Eigen/Core>
 #include <memory>
 #include <random>
+#include <vector>
 
 #include "cublas_anchor.h"
 #include "harness.h"

@@ -9,9 +9,9 @@ fixed learning rate (1e-2) and momentum (0.3), adaptive damping, and batch 256 (
 step's cost, the preconditioning and the inverses, does not grow with the batch, so it pays to
 feed it more examples per step). The demo's apps/autoencoder/kfac_tuned.flags take the learning
 rate and momentum from the quadratic model instead: about as much progress per step, but two
-Jacobian-vector products more per step (docs/RESULTS.md, twenty-fourth session). So that the batch size alone cannot explain a
-difference, the best Adam rate is also run at each of --adam-extra-batches, and the target is the
-best final loss of all Adam runs.
+Jacobian-vector products more per step (docs/RESULTS.md, twenty-fourth session). So that the
+batch size alone cannot explain a difference, the best Adam rate is also run at each of
+--adam-extra-batches, and the target is the best final loss of all Adam runs.
 
 Each run logs its mini-batch objective per step. Curves are compared after a running median
 over --smooth steps. The target is the best Adam run's smoothed loss at the end of the budget;
