@@ -16,6 +16,7 @@
 #include <cmath>
 #include <limits>
 #include <sstream>
+#include <utility>
 
 #include "hkfac/error.h"
 #include "hkfac/file_util.h"
@@ -159,8 +160,8 @@ void Optimizer::save_checkpoint(const std::string &path, const Params &params) c
   const auto &blocks = estimator_.blocks();
   detail::append_le32(out, static_cast<uint32_t>(blocks.size()));
   for (const auto &b : blocks) {
-    // state() hands out pointers for restoring; saving only reads through them.
-    const CurvatureBlock::State s = const_cast<CurvatureBlock &>(*b).state();
+    // blocks() is const only shallowly, so ask for the read-only view explicitly.
+    const CurvatureBlock::ConstState s = std::as_const(*b).state();
     append_string(out, b->name());
     append_string(out, b->tag().name);
     detail::append_le_double(out, *s.ema_weight);

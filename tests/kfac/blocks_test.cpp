@@ -1,5 +1,7 @@
 // Curvature blocks: estimates against brute-force sums, inverse consistency, pi-adjusted damping.
 #include <gtest/gtest.h>
+#include <type_traits>
+#include <utility>
 
 #include "../test_util.h"
 #include "hkfac/cusolver.h"
@@ -194,6 +196,35 @@ TEST(kfacBlocks, DenseBlockInverseIsInverseOfPiDampedKroneckerProduct) {
   const std::vector<Matrix> v = random_vec(f.shapes, 6);
   const MatrixXd ref = kron(d.A, d.G).inverse() * flat(v);
   EXPECT_LT(rel_err(flat(block.multiply_matpower(v, -1, gamma)), ref), 1e-5);
+}
+
+// Checkpoints save a block through its read-only state view: it must show the same members,
+// in the same order, as the view restoring writes through, and hold the estimate's sums.
+TEST(kfacBlocks, ReadOnlyStateViewShowsTheMembersRestoringWrites) {
+  TagFixture f = dense_fixture(3, 4, true, 7);
+  DenseTwoKroneckerFactored block(f.tag, f.shapes, {});
+  estimate_and_invert(block, f, 0.05f);
+  const CurvatureBlock::ConstState seen = std::as_const(block).state();
+  static_assert(std::is_same_v<decltype(seen.matrices[0].matrix), const Matrix *>);
+  static_assert(std::is_same_v<decltype(seen.ema_weight), const double *>);
+  const CurvatureBlock::State live = block.state();
+  EXPECT_EQ(seen.ema_weight, live.ema_weight);
+  EXPECT_EQ(seen.have_inverse, live.have_inverse);
+  EXPECT_TRUE(*seen.have_inverse);
+  ASSERT_EQ(seen.matrices.size(), live.matrices.size());
+  for (size_t i = 0; i < seen.matrices.size(); ++i) {
+    SCOPED_TRACE(live.matrices[i].name);
+    EXPECT_STREQ(seen.matrices[i].name, live.matrices[i].name);
+    EXPECT_EQ(seen.matrices[i].matrix, live.matrices[i].matrix);
+    EXPECT_EQ(seen.matrices[i].rows, live.matrices[i].rows);
+    EXPECT_EQ(seen.matrices[i].cols, live.matrices[i].cols);
+    EXPECT_EQ(seen.matrices[i].inverse, live.matrices[i].inverse);
+    EXPECT_EQ(seen.matrices[i].optional, live.matrices[i].optional);
+  }
+  // The A sum is the estimate times the moving-average weight (here one update of weight 1).
+  ASSERT_STREQ(seen.matrices[0].name, "a_sum");
+  const MatrixXd a_sum = seen.matrices[0].matrix->cast<double>();
+  EXPECT_LT(rel_err(a_sum, *seen.ema_weight * block.factor_a().cast<double>()), 1e-6);
 }
 
 // Factors wider than the inversion's blocks (64-column solves, 128-row Gram blocks), with

@@ -60,6 +60,17 @@ CurvatureBlock::State CurvatureBlock::state() {
   return {&weight_, own.have_inverse, std::move(own.matrices)};
 }
 
+CurvatureBlock::ConstState CurvatureBlock::state() const {
+  // own_state() only takes the addresses of members, so calling it on a const block changes
+  // nothing; the view it yields is handed out read-only.
+  const State s = const_cast<CurvatureBlock *>(this)->state();
+  ConstState view{s.ema_weight, s.have_inverse, {}};
+  view.matrices.reserve(s.matrices.size());
+  for (const StateMatrix &m : s.matrices)
+    view.matrices.push_back({m.name, m.matrix, m.rows, m.cols, m.inverse, m.optional});
+  return view;
+}
+
 void CurvatureBlock::init() {
   weight_ = 0.0;
   reset();

@@ -4,6 +4,7 @@
 #include <functional>
 #include <memory>
 #include <string>
+#include <type_traits>
 #include <vector>
 
 #include "hkfac/error.h"
@@ -71,19 +72,25 @@ public:
   // cached, and the named matrices holding the estimate's sums and the cached inverse (those of
   // the inverse route in use, so a checkpoint of the other route does not fit). A matrix is
   // rows x cols, or 0 x 0 where `optional` says it may not be set yet.
-  struct StateMatrix {
+  // Restoring writes through a State; saving reads through a ConstState, so a const block can
+  // be saved.
+  template <bool Const> struct StateMatrixOf {
     const char *name;
-    Matrix *matrix;
+    std::conditional_t<Const, const Matrix, Matrix> *matrix;
     int rows, cols;
     bool inverse;  // part of the cached inverse: never 0 x 0 while an inverse is cached
     bool optional; // may be 0 x 0 (for an inverse: while none is cached)
   };
-  struct State {
-    double *ema_weight;
-    bool *have_inverse;
-    std::vector<StateMatrix> matrices;
+  template <bool Const> struct StateOf {
+    std::conditional_t<Const, const double, double> *ema_weight;
+    std::conditional_t<Const, const bool, bool> *have_inverse;
+    std::vector<StateMatrixOf<Const>> matrices;
   };
+  using StateMatrix = StateMatrixOf<false>;
+  using State = StateOf<false>;
+  using ConstState = StateOf<true>;
   State state();
+  ConstState state() const;
 
 protected:
   struct OwnState {
