@@ -16,23 +16,12 @@ namespace {
 #if defined(__GLIBC__)
 void *volatile g_sink; // keeps the compiler from eliding a malloc/free pair
 
-// AddressSanitizer (HKFAC_SANITIZE) replaces malloc with its own allocator, which glibc's
-// mallopt settings and mallinfo2 counts do not describe.
-#if defined(__SANITIZE_ADDRESS__)
-constexpr bool kGlibcMalloc = false;
-#elif defined(__has_feature)
-#if __has_feature(address_sanitizer)
-constexpr bool kGlibcMalloc = false;
-#else
-constexpr bool kGlibcMalloc = true;
-#endif
-#else
-constexpr bool kGlibcMalloc = true;
-#endif
-
 TEST(RetainFreedMemory, LargeBlocksComeFromTheHeapAndAreKeptWhenFreed) {
-  if (!kGlibcMalloc)
-    GTEST_SKIP() << "built with AddressSanitizer, whose allocator replaces glibc's malloc";
+#if defined(HKFAC_SANITIZE)
+  // The sanitizer build's AddressSanitizer replaces malloc with its own allocator, which
+  // glibc's mallopt settings and mallinfo2 counts do not describe.
+  GTEST_SKIP() << "built with AddressSanitizer, whose allocator replaces glibc's malloc";
+#endif
   constexpr size_t kBlock = 16u << 20;
   // glibc's defaults first (ctest runs this case in a process of its own): a 16 MB block is a
   // mapping of its own, so this checks that the probe can tell the two apart.
