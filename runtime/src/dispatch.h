@@ -6,6 +6,7 @@
 #include <algorithm>
 #include <cstddef>
 #include <deque>
+#include <initializer_list>
 #include <string>
 
 #include "hkfac/buffer.h"
@@ -35,7 +36,8 @@ template <typename T> halide_buffer_t *raw(const Buffer<T> &b) {
 // page faults than the kernel itself.
 class AlignedArgs {
 public:
-  explicit AlignedArgs(Device d) : device_(d) {}
+  // Throws hkfac::Error when `d` is not a Device value (every kernel constructs one first).
+  explicit AlignedArgs(Device d);
   AlignedArgs(const AlignedArgs &) = delete;
   AlignedArgs &operator=(const AlignedArgs &) = delete;
   ~AlignedArgs();
@@ -64,14 +66,34 @@ private:
 // vectors) ask their own kernel, so the choice follows whatever target the build used.
 int float_lanes(const halide_filter_metadata_t *metadata);
 
-// Shape checks with messages that name the argument.
+// Shape checks with messages that name the argument. expect_dims (and so expect_matrix and
+// expect_vector) also checks the layout every kernel assumes: each dimension indexed from 0 and
+// dimension 0 dense (stride 1). Without that check a crop or a transposed view failed inside the
+// kernel with Halide's assertion on its internal parameter name, or, staged through an aligned
+// copy, ran anyway.
 void expect_dims(const halide_buffer_t *b, int dims, const char *kernel, const char *arg);
+void expect_layout(const halide_buffer_t *b, const char *kernel, const char *arg);
 void expect_extent(const halide_buffer_t *b, int dim, int extent, const char *kernel,
                    const char *arg);
 // A 2-D buffer of exactly rows x cols, and a 1-D buffer of n elements.
 void expect_matrix(const halide_buffer_t *b, int rows, int cols, const char *kernel,
                    const char *arg);
 void expect_vector(const halide_buffer_t *b, int n, const char *kernel, const char *arg);
+// A kernel argument for expect_disjoint.
+struct NamedBuffer {
+  const halide_buffer_t *buffer;
+  const char *name;
+};
+// Throws unless every output shares no element with any input or with another output. The
+// kernels read their inputs while they write, in tiles and out of order, so an output over an
+// input gave wrong values without any error (gemm with C = A, a dense layer's Y = X). Views of one
+// allocation that interleave without sharing an element (column blocks of one matrix) pass.
+void expect_disjoint(const char *kernel, std::initializer_list<NamedBuffer> outputs,
+                     std::initializer_list<NamedBuffer> inputs);
+// Whether two buffers view the same elements in the same layout (an elementwise kernel may write
+// such an output over its input).
+bool same_view(const halide_buffer_t *a, const halide_buffer_t *b);
+
 // A matrix's (rows, cols) from its buffer.
 int rows_of(const halide_buffer_t *b);
 int cols_of(const halide_buffer_t *b);

@@ -1,8 +1,10 @@
 // Glue between Halide's C runtime and hkfac's C++ errors: error capture, copies, shape checks.
 #include <HalideRuntime.h>
 
+#include <cstdint>
 #include <cstdlib>
 #include <cstring>
+#include <iterator>
 #include <memory>
 #include <string>
 #include <vector>
@@ -59,6 +61,117 @@ void expect_dims(const halide_buffer_t *b, int dims, const char *kernel, const c
   if (b->dimensions != dims) {
     throw Error(std::string(kernel) + ": argument '" + arg + "' must be " + std::to_string(dims) +
                 "-D, got " + describe(b));
+  }
+  expect_layout(b, kernel, arg);
+}
+
+void expect_layout(const halide_buffer_t *b, const char *kernel, const char *arg) {
+  for (int i = 0; i < b->dimensions; i++) {
+    if (b->dim[i].min != 0) {
+      throw Error(std::string(kernel) + ": argument '" + arg + "' starts at index " +
+                  std::to_string(b->dim[i].min) + " in dimension " + std::to_string(i) +
+                  "; kernels index their arguments from 0 (a cropped view needs its mins set "
+                  "to 0, e.g. Buffer::translate)");
+    }
+  }
+  if (b->dimensions > 0 && b->dim[0].stride != 1) {
+    throw Error(std::string(kernel) + ": argument '" + arg + "' has stride " +
+                std::to_string(b->dim[0].stride) +
+                " in dimension 0 (columns); kernels need each row dense (a transposed view "
+                "must be copied, or passed untransposed with the kernel's transpose flag)");
+  }
+}
+
+namespace {
+
+// The bytes [first, last) a buffer's host elements span (null for an empty buffer).
+struct Span {
+  const uint8_t *first = nullptr, *last = nullptr;
+};
+Span host_span(const halide_buffer_t *b) {
+  Span s;
+  if (!b->host)
+    return s;
+  std::ptrdiff_t lo = 0, hi = 0;
+  for (int i = 0; i < b->dimensions; i++) {
+    if (b->dim[i].extent <= 0)
+      return s;
+    const std::ptrdiff_t reach =
+        static_cast<std::ptrdiff_t>(b->dim[i].extent - 1) * b->dim[i].stride;
+    (reach < 0 ? lo : hi) += reach;
+  }
+  const int bytes = b->type.bytes();
+  s.first = b->host + lo * bytes;
+  s.last = b->host + (hi + 1) * bytes;
+  return s;
+}
+
+// Two 2-D views of float rows with one row stride: whether an element lies in both. With
+// offset q rows and r columns from a to b (0 <= r < stride), b's row k spans columns [r, r + wb)
+// of a's row q + k, wrapping into columns [r - stride, r - stride + wb) of row q + k + 1.
+bool rows_overlap(const halide_buffer_t *a, const halide_buffer_t *b) {
+  const std::ptrdiff_t stride = a->dim[1].stride;
+  const std::ptrdiff_t offset = (b->host - a->host) / static_cast<std::ptrdiff_t>(sizeof(float));
+  std::ptrdiff_t q = offset / stride, r = offset % stride;
+  if (r < 0) {
+    r += stride;
+    q -= 1;
+  }
+  const std::ptrdiff_t wa = a->dim[0].extent, ha = a->dim[1].extent;
+  const std::ptrdiff_t wb = b->dim[0].extent, hb = b->dim[1].extent;
+  auto intersect = [](std::ptrdiff_t lo1, std::ptrdiff_t hi1, std::ptrdiff_t lo2,
+                      std::ptrdiff_t hi2) { return lo1 < hi2 && lo2 < hi1; };
+  return (intersect(r, r + wb, 0, wa) && intersect(q, q + hb, 0, ha)) ||
+         (intersect(r - stride, r - stride + wb, 0, wa) && intersect(q + 1, q + 1 + hb, 0, ha));
+}
+
+bool plain_rows(const halide_buffer_t *b, std::ptrdiff_t stride) {
+  return b->dimensions == 2 && b->type.bytes() == sizeof(float) && b->dim[0].stride == 1 &&
+         b->dim[1].stride == stride && b->dim[0].extent <= stride &&
+         reinterpret_cast<uintptr_t>(b->host) % sizeof(float) == 0;
+}
+
+bool overlap(const halide_buffer_t *a, const halide_buffer_t *b) {
+  if (!a->host || !b->host) // device-only: one allocation is one handle
+    return !a->host && !b->host && a->device != 0 && a->device == b->device;
+  const Span sa = host_span(a), sb = host_span(b);
+  if (!sa.first || !sb.first || sa.first >= sb.last || sb.first >= sa.last)
+    return false;
+  // Spans that meet may still interleave without a shared element (column blocks of one
+  // matrix): resolved exactly for rows of one stride, conservatively otherwise.
+  const std::ptrdiff_t stride = a->dimensions == 2 ? a->dim[1].stride : 0;
+  if (stride > 0 && plain_rows(a, stride) && plain_rows(b, stride))
+    return rows_overlap(a, b);
+  return true;
+}
+
+} // namespace
+
+bool same_view(const halide_buffer_t *a, const halide_buffer_t *b) {
+  if (a->host != b->host || a->device != b->device || a->dimensions != b->dimensions)
+    return false;
+  for (int i = 0; i < a->dimensions; i++) {
+    if (a->dim[i].min != b->dim[i].min || a->dim[i].extent != b->dim[i].extent ||
+        a->dim[i].stride != b->dim[i].stride)
+      return false;
+  }
+  return true;
+}
+
+void expect_disjoint(const char *kernel, std::initializer_list<NamedBuffer> outputs,
+                     std::initializer_list<NamedBuffer> inputs) {
+  for (auto out = outputs.begin(); out != outputs.end(); ++out) {
+    auto check = [&](const NamedBuffer &other) {
+      if (out->buffer && other.buffer && overlap(out->buffer, other.buffer)) {
+        throw Error(std::string(kernel) + ": argument '" + out->name +
+                    "' shares memory with argument '" + other.name +
+                    "'; the kernel would overwrite what it still reads (pass a separate output)");
+      }
+    };
+    for (auto other = std::next(out); other != outputs.end(); ++other)
+      check(*other);
+    for (const NamedBuffer &in : inputs)
+      check(in);
   }
 }
 
@@ -119,6 +232,13 @@ int acquire_block(size_t n) {
 }
 
 } // namespace
+
+AlignedArgs::AlignedArgs(Device d) : device_(d) {
+  if (d != Device::cpu && d != Device::cuda) {
+    throw Error("kernel called with an invalid hkfac::Device value " +
+                std::to_string(static_cast<int>(d)));
+  }
+}
 
 halide_buffer_t *AlignedArgs::stage(halide_buffer_t *b, bool written) {
   // The widest vector Halide uses on these targets (AVX-512) is 64 bytes.

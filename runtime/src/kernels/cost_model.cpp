@@ -55,6 +55,7 @@ void expect_shape(const halide_buffer_t *b, const std::vector<int> &extents, con
     throw Error(std::string(kernel) + ": argument '" + arg + "' has shape " +
                 describe_extents(extents_of(b)) + ", expected " + describe_extents(extents));
   }
+  detail::expect_layout(b, kernel, arg);
 }
 
 // Reads the feature count from schedule_features and checks every input against it.
@@ -74,6 +75,7 @@ Shape check_inputs(const Buffer<float> &pipeline_features, const Buffer<float> &
                 "got shape " +
                 describe_extents(extents_of(sf)));
   }
+  detail::expect_layout(sf, k, "schedule_features");
   const Shape s{sf->dim[0].extent, sf->dim[1].extent, sf->dim[2].extent};
   if (s.num_features != 39 && s.num_features != 73) {
     throw Error(std::string(k) + ": argument 'schedule_features' has " +
@@ -187,6 +189,15 @@ void cost_model_predict(const Buffer<float> &pipeline_features,
   constexpr const char *k = "cost_model_predict";
   const Shape s = check_inputs(pipeline_features, schedule_features, weights, num_cores, k);
   expect_shape(predictions.raw_buffer(), {s.batch}, k, "predictions");
+  detail::expect_disjoint(k, {{predictions.raw_buffer(), "predictions"}},
+                          {{pipeline_features.raw_buffer(), "pipeline_features"},
+                           {schedule_features.raw_buffer(), "schedule_features"},
+                           {weights.head1_filter.raw_buffer(), "head1_filter"},
+                           {weights.head1_bias.raw_buffer(), "head1_bias"},
+                           {weights.head2_filter.raw_buffer(), "head2_filter"},
+                           {weights.head2_bias.raw_buffer(), "head2_bias"},
+                           {weights.conv1_filter.raw_buffer(), "conv1_filter"},
+                           {weights.conv1_bias.raw_buffer(), "conv1_bias"}});
   detail::AlignedArgs args(dev);
   halide_buffer_t *pf = args.in(pipeline_features), *sf = args.in(schedule_features),
                   *h1f = args.in(weights.head1_filter), *h1b = args.in(weights.head1_bias),
@@ -239,6 +250,32 @@ void cost_model_train(const Buffer<float> &pipeline_features,
   ensure_shape(out.head2_out_grad, {kHead2, s.batch, s.stages});
   ensure_shape(out.conv1_input, {kConv1, s.batch, s.stages});
   ensure_shape(out.conv1_out_grad, {kConv1, s.batch, s.stages});
+  // The outputs the caller passed in: checked for shape by reuse (ensure_shape), and here for
+  // memory shared with an input or with each other.
+  detail::expect_disjoint(k,
+                          {{out.loss.raw_buffer(), "loss"},
+                           {out.predictions.raw_buffer(), "predictions"},
+                           {out.grads.head1_filter.raw_buffer(), "grads.head1_filter"},
+                           {out.grads.head1_bias.raw_buffer(), "grads.head1_bias"},
+                           {out.grads.head2_filter.raw_buffer(), "grads.head2_filter"},
+                           {out.grads.head2_bias.raw_buffer(), "grads.head2_bias"},
+                           {out.grads.conv1_filter.raw_buffer(), "grads.conv1_filter"},
+                           {out.grads.conv1_bias.raw_buffer(), "grads.conv1_bias"},
+                           {out.head1_out_grad.raw_buffer(), "head1_out_grad"},
+                           {out.head2_input.raw_buffer(), "head2_input"},
+                           {out.head2_out_grad.raw_buffer(), "head2_out_grad"},
+                           {out.conv1_input.raw_buffer(), "conv1_input"},
+                           {out.conv1_out_grad.raw_buffer(), "conv1_out_grad"}},
+                          {{pipeline_features.raw_buffer(), "pipeline_features"},
+                           {schedule_features.raw_buffer(), "schedule_features"},
+                           {weights.head1_filter.raw_buffer(), "head1_filter"},
+                           {weights.head1_bias.raw_buffer(), "head1_bias"},
+                           {weights.head2_filter.raw_buffer(), "head2_filter"},
+                           {weights.head2_bias.raw_buffer(), "head2_bias"},
+                           {weights.conv1_filter.raw_buffer(), "conv1_filter"},
+                           {weights.conv1_bias.raw_buffer(), "conv1_bias"},
+                           {true_runtimes.raw_buffer(), "true_runtimes"},
+                           {cotangent.raw_buffer(), "cotangent"}});
 
   detail::AlignedArgs args(dev);
   halide_buffer_t *pf = args.in(pipeline_features), *sf = args.in(schedule_features),

@@ -52,6 +52,7 @@ void covariance_update(Buffer<float> &C, const Buffer<float> &X, float a, float 
   const int d = detail::cols_of(X.raw_buffer()) + (homogeneous ? 1 : 0);
   detail::expect_extent(C.raw_buffer(), 0, d, k, "C");
   detail::expect_extent(C.raw_buffer(), 1, d, k, "C");
+  detail::expect_disjoint(k, {{C.raw_buffer(), "C"}}, {{X.raw_buffer(), "X"}});
   // The kernel reads homogeneity from the shapes: C one wider than X means a ones column.
   detail::AlignedArgs args(dev);
   halide_buffer_t *c = args.out(C), *x = args.in(X);

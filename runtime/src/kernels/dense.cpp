@@ -63,6 +63,16 @@ Kernel for_activation(Activation act, Kernel identity, Kernel tanh, Kernel relu,
   return sigmoid;
 }
 
+// Every branch below trusts `act` to be one of the four: a cast integer would otherwise run the
+// sigmoid variants, or no kernel at all, without a word.
+void expect_activation(Activation act, const char *kernel) {
+  if (act != Activation::identity && act != Activation::tanh && act != Activation::relu &&
+      act != Activation::sigmoid) {
+    throw Error(std::string(kernel) + ": argument 'act' is not an Activation value (" +
+                std::to_string(static_cast<int>(act)) + ")");
+  }
+}
+
 // The CPU variants with one-vector tiles, for layers with a few outputs (kNarrowColumnsTo).
 auto narrow_forward(Activation act) {
   return for_activation(act, hkfac_k_dense_forward_identity_narrow_cpu,
@@ -89,6 +99,9 @@ void dense_forward(Buffer<float> &Y, const Buffer<float> &X, const Buffer<float>
   detail::expect_matrix(W.raw_buffer(), d_in, d_out, k, "W");
   detail::expect_vector(b.raw_buffer(), d_out, k, "b");
   detail::expect_matrix(Y.raw_buffer(), batch, d_out, k, "Y");
+  expect_activation(act, k);
+  detail::expect_disjoint(k, {{Y.raw_buffer(), "Y"}},
+                          {{X.raw_buffer(), "X"}, {W.raw_buffer(), "W"}, {b.raw_buffer(), "b"}});
   detail::AlignedArgs args(dev);
   halide_buffer_t *x = args.in(X), *w = args.in(W), *bias = args.in(b), *y = args.out(Y);
   if (dev == Device::cpu && d_out == 1 && d_in >= detail::kOneColumnDepthFrom) {
@@ -168,6 +181,16 @@ void dense_backward(Buffer<float> &dZ, Buffer<float> &dX, Buffer<float> &dW, Buf
   detail::expect_matrix(dX.raw_buffer(), batch, d_in, k, "dX");
   detail::expect_matrix(dW.raw_buffer(), d_in, d_out, k, "dW");
   detail::expect_vector(db.raw_buffer(), d_out, k, "db");
+  expect_activation(act, k);
+  detail::expect_disjoint(k,
+                          {{dZ.raw_buffer(), "dZ"},
+                           {dX.raw_buffer(), "dX"},
+                           {dW.raw_buffer(), "dW"},
+                           {db.raw_buffer(), "db"}},
+                          {{dY.raw_buffer(), "dY"},
+                           {Y.raw_buffer(), "Y"},
+                           {X.raw_buffer(), "X"},
+                           {W.raw_buffer(), "W"}});
   detail::AlignedArgs args(dev);
   halide_buffer_t *dy = args.in(dY), *y = args.in(Y), *x = args.in(X), *w = args.in(W),
                   *dz = args.out(dZ), *dx = args.out(dX), *dw = args.out(dW), *dbias = args.out(db);

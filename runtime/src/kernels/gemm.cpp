@@ -28,6 +28,12 @@ void gemm(Buffer<float> &C, const Buffer<float> &A, Transpose ta, const Buffer<f
   detail::expect_dims(C.raw_buffer(), 2, k, "C");
   detail::expect_dims(A.raw_buffer(), 2, k, "A");
   detail::expect_dims(B.raw_buffer(), 2, k, "B");
+  for (const auto &[t, name] : {std::pair{ta, "ta"}, std::pair{tb, "tb"}}) {
+    if (t != Transpose::no && t != Transpose::yes) {
+      throw Error(std::string(k) + ": argument '" + name + "' is not a Transpose value (" +
+                  std::to_string(static_cast<int>(t)) + ")");
+    }
+  }
   const bool at = ta == Transpose::yes, bt = tb == Transpose::yes;
   // op(A) is (m x depth), op(B) (depth x n); a transposed operand swaps its buffer dimensions.
   const int m = rows(C), n = cols(C);
@@ -35,6 +41,8 @@ void gemm(Buffer<float> &C, const Buffer<float> &A, Transpose ta, const Buffer<f
   detail::expect_extent(A.raw_buffer(), at ? 0 : 1, m, k, "A");
   detail::expect_extent(B.raw_buffer(), bt ? 0 : 1, depth, k, "B");
   detail::expect_extent(B.raw_buffer(), bt ? 1 : 0, n, k, "B");
+  detail::expect_disjoint(k, {{C.raw_buffer(), "C"}},
+                          {{A.raw_buffer(), "A"}, {B.raw_buffer(), "B"}});
   detail::AlignedArgs args(dev);
   halide_buffer_t *c = args.out(C), *a = args.in(A), *b = args.in(B);
   if (dev == Device::cpu && n == 1 && !at && depth >= detail::kOneColumnDepthFrom) {

@@ -25,6 +25,7 @@ void patch_covariance_update(Buffer<float> &C, const Buffer<float> &images, cons
   detail::expect_extent(C.raw_buffer(), 1, d, k, "C");
   if (examples < 1)
     throw Error(std::string(k) + ": 'images' has no rows (examples)");
+  detail::expect_disjoint(k, {{C.raw_buffer(), "C"}}, {{images.raw_buffer(), "images"}});
   // The kernel reads homogeneity from the shapes: C one wider than a patch means a ones column.
   detail::AlignedArgs args(dev);
   halide_buffer_t *c = args.out(C), *x = args.in(images);

@@ -10,16 +10,6 @@
 #endif
 
 namespace hkfac::kernels {
-namespace {
-
-// U is written while V is still being read (V feeds the first of the chained products).
-void expect_distinct(const Buffer<float> &U, const Buffer<float> &V, const char *kernel) {
-  if (U.data() != nullptr && U.data() == V.data()) {
-    throw Error(std::string(kernel) + ": argument 'U' must not alias 'V'");
-  }
-}
-
-} // namespace
 
 void kron_precondition(Buffer<float> &U, const Buffer<float> &A_inv, const Buffer<float> &V,
                        const Buffer<float> &G_inv, Device dev) {
@@ -29,7 +19,10 @@ void kron_precondition(Buffer<float> &U, const Buffer<float> &A_inv, const Buffe
   detail::expect_matrix(A_inv.raw_buffer(), d_a, d_a, k, "A_inv");
   detail::expect_matrix(G_inv.raw_buffer(), d_g, d_g, k, "G_inv");
   detail::expect_matrix(U.raw_buffer(), d_a, d_g, k, "U");
-  expect_distinct(U, V, k);
+  // V feeds the first of the chained products while U is written.
+  detail::expect_disjoint(
+      k, {{U.raw_buffer(), "U"}},
+      {{A_inv.raw_buffer(), "A_inv"}, {V.raw_buffer(), "V"}, {G_inv.raw_buffer(), "G_inv"}});
   detail::AlignedArgs args(dev);
   HKFAC_RUN(kron_precondition, dev, args.in(A_inv), args.in(V), args.in(G_inv), args.out(U));
   args.commit();
@@ -52,7 +45,12 @@ void kron_precondition_eigen(Buffer<float> &U, const Buffer<float> &Q_A,
   detail::expect_dims(lambda_G.raw_buffer(), 1, k, "lambda_G");
   detail::expect_extent(lambda_G.raw_buffer(), 0, d_g, k, "lambda_G");
   detail::expect_matrix(U.raw_buffer(), d_a, d_g, k, "U");
-  expect_distinct(U, V, k);
+  detail::expect_disjoint(k, {{U.raw_buffer(), "U"}},
+                          {{Q_A.raw_buffer(), "Q_A"},
+                           {lambda_A.raw_buffer(), "lambda_A"},
+                           {V.raw_buffer(), "V"},
+                           {Q_G.raw_buffer(), "Q_G"},
+                           {lambda_G.raw_buffer(), "lambda_G"}});
   detail::AlignedArgs args(dev);
   HKFAC_RUN(kron_precondition_eigen, dev, args.in(Q_A), args.in(lambda_A), args.in(V), args.in(Q_G),
             args.in(lambda_G), gamma, power, args.out(U));
