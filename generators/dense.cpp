@@ -22,7 +22,7 @@ const std::map<std::string, Act> kActNames = {{"identity", Act::identity},
 Expr exp_clamped(const Expr &z, float limit) { return fast_exp(clamp(z, -limit, limit)); }
 Expr tanh_via_exp(const Expr &z) { return 1.0f - 2.0f / (exp_clamped(2.0f * z, 80.0f) + 1.0f); }
 
-Expr activate(Act act, const Expr &z) {
+Expr activate_finite(Act act, const Expr &z) {
   switch (act) {
   case Act::tanh:
     return tanh_via_exp(z);
@@ -34,6 +34,18 @@ Expr activate(Act act, const Expr &z) {
     break;
   }
   return z;
+}
+
+// A NaN pre-activation stays NaN, as in libm's tanh and the library's unfused activations: the
+// clamps and max above turned it into ±1 or 0, so a batch with a NaN input could evaluate to a
+// finite loss. The test is on the bits: z comes from fast-math arithmetic, which lets LLVM assume
+// it is not NaN and fold is_nan(z) (or z != z) to false; a select on z < 0 would be simplified
+// back into the max.
+Expr activate(Act act, const Expr &z) {
+  if (act == Act::identity)
+    return z;
+  Expr magnitude = reinterpret(UInt(32), z) & Expr(uint32_t(0x7fffffff));
+  return select(magnitude > Expr(uint32_t(0x7f800000)), z, activate_finite(act, z));
 }
 
 // act'(z) expressed through y = act(z), so the backward pass needs only the forward's output.

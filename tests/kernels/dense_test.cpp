@@ -1,6 +1,8 @@
 // Dense forward/backward against double-precision Eigen: every activation, awkward shapes.
 #include "hkfac/kernels/dense.h"
 
+#include <cmath>
+#include <limits>
 #include <tuple>
 
 #include "test_util.h"
@@ -81,6 +83,41 @@ TEST_P(DenseKernels, ForwardMatchesEigenForEveryActivation) {
       to_host(Y);
       EXPECT_LT(rel_error(to_eigen_d(Y), activate(act, pre_activation(X, W, b))), 3e-5)
           << "act=" << int(act) << " batch=" << batch << " d_in=" << d_in << " d_out=" << d_out;
+    }
+  }
+}
+
+// A NaN input reaches every output of its row, as through libm's tanh or an unfused max: the
+// fused activations' clamps once turned it into ±1 or 0, so a NaN batch could evaluate to a finite
+// loss. Infinite pre-activations still saturate. Every CPU variant: standard, narrow, one column.
+TEST_P(DenseKernels, ForwardPropagatesNanAndSaturatesInfinities) {
+  const Device dev = GetParam();
+  HKFAC_SKIP_IF_UNAVAILABLE(dev);
+  const float nan = std::numeric_limits<float>::quiet_NaN();
+  for (Activation act : kActivations) {
+    for (auto [batch, d_in, d_out] : {std::tuple{9, 33, 40}, {9, 33, 7}, {9, 33, 1}}) {
+      Buffer<float> X = random_matrix(batch, d_in, 41), W = random_matrix(d_in, d_out, 42);
+      Buffer<float> b = random_vector(d_out, 43), Y = make_matrix<float>(batch, d_out);
+      X(5, 2) = nan;
+      // Row 4: a pre-activation of +inf in column 0 (W's column 0 is positive, so is X's row 4).
+      for (int k = 0; k < d_in; ++k) {
+        X(k, 4) = 1.0f;
+        W(0, k) = 1.0f;
+      }
+      X(0, 4) = std::numeric_limits<float>::infinity();
+      kernels::dense_forward(Y, X, W, b, act, dev);
+      to_host(Y);
+      for (int i = 0; i < batch; ++i) {
+        for (int j = 0; j < d_out; ++j) {
+          const bool nan_row = i == 2;
+          EXPECT_EQ(std::isnan(Y(j, i)), nan_row)
+              << "act=" << int(act) << " d_out=" << d_out << " (" << i << ", " << j << ")";
+        }
+      }
+      const float expected_inf = act == Activation::tanh || act == Activation::sigmoid
+                                     ? 1.0f
+                                     : std::numeric_limits<float>::infinity();
+      EXPECT_EQ(Y(0, 4), expected_inf) << "act=" << int(act) << " d_out=" << d_out;
     }
   }
 }
