@@ -14,12 +14,29 @@ ABSL_FLAG(int, schedule_features, 0,
 
 namespace {
 
+// strtod and strtol also take leading spaces, hex ("0x1p-4") and, for strtod, "inf" and "nan";
+// the arguments are decimal numbers, so anything else is a mistake to report.
+bool plain_decimal(const std::string &text, bool fraction) {
+  if (text.empty())
+    return false;
+  for (size_t i = 0; i < text.size(); ++i) {
+    const char c = text[i];
+    const bool sign = (c == '-' || c == '+') &&
+                      (i == 0 || (fraction && (text[i - 1] == 'e' || text[i - 1] == 'E')));
+    const bool ok =
+        (c >= '0' && c <= '9') || sign || (fraction && (c == '.' || c == 'e' || c == 'E'));
+    if (!ok)
+      return false;
+  }
+  return true;
+}
+
 double parse_double(const std::string &text, const char *what) {
   errno = 0;
   char *end = nullptr;
   const double v = std::strtod(text.c_str(), &end);
-  if (text.empty() || *end != '\0' || errno != 0) {
-    throw hkfac::Error(std::string(what) + ": expected a number, got '" + text + "'");
+  if (!plain_decimal(text, true) || *end != '\0' || errno != 0) {
+    throw hkfac::Error(std::string(what) + ": expected a decimal number, got '" + text + "'");
   }
   return v;
 }
@@ -28,7 +45,7 @@ int32_t parse_int32(const std::string &text, const char *what) {
   errno = 0;
   char *end = nullptr;
   const long v = std::strtol(text.c_str(), &end, 10);
-  if (text.empty() || *end != '\0' || errno != 0 || v < INT32_MIN || v > INT32_MAX) {
+  if (!plain_decimal(text, false) || *end != '\0' || errno != 0 || v < INT32_MIN || v > INT32_MAX) {
     throw hkfac::Error(std::string(what) + ": expected a 32-bit integer, got '" + text + "'");
   }
   return static_cast<int32_t>(v);
@@ -56,8 +73,12 @@ int main(int argc, char **argv) {
         const float runtime_ms = static_cast<float>(seconds * 1000.0);
         const int32_t pipeline_id = parse_int32(args[2], "PIPELINE_ID");
         const int32_t schedule_id = parse_int32(args[3], "SCHEDULE_ID");
-        cm::featurization_file_to_sample(args[0], runtime_ms, pipeline_id, schedule_id,
-                                         absl::GetFlag(FLAGS_schedule_features), args[4]);
+        const int S = absl::GetFlag(FLAGS_schedule_features);
+        if (S != 0 && S != cm::kCpuScheduleFeatures && S != cm::kGpuScheduleFeatures) {
+          throw hkfac::Error("--schedule_features: expected 0, 39 (CPU) or 73 (GPU), got " +
+                             std::to_string(S));
+        }
+        cm::featurization_file_to_sample(args[0], runtime_ms, pipeline_id, schedule_id, S, args[4]);
         return 0;
       });
 }

@@ -2,9 +2,8 @@
 #include <absl/flags/flag.h>
 
 #include <cstdio>
-#include <fstream>
 #include <iostream>
-#include <thread>
+#include <sstream>
 
 #include "hkfac/cost_model/samples.h"
 #include "hkfac/cost_model/weights.h"
@@ -32,10 +31,11 @@ int main(int argc, char **argv) {
         const std::string weights = absl::GetFlag(FLAGS_weights);
         if (weights.empty())
           throw hkfac::Error("--weights is required");
-        const int S = absl::GetFlag(FLAGS_schedule_features);
-        int cores = absl::GetFlag(FLAGS_num_cores);
-        if (cores <= 0)
-          cores = static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
+        const int S = hkfac::tools::schedule_features_flag(absl::GetFlag(FLAGS_schedule_features));
+        const int cores = hkfac::tools::num_cores_flag(absl::GetFlag(FLAGS_num_cores));
+        const std::string out = absl::GetFlag(FLAGS_predictions_file);
+        if (!out.empty())
+          hkfac::tools::check_output_flag("--predictions_file", out);
         cm::WeightsLoadOptions load;
         load.expected_schedule_features = S;
         load.allow_version_mismatch = absl::GetFlag(FLAGS_allow_version_mismatch);
@@ -54,17 +54,15 @@ int main(int argc, char **argv) {
         cm::SampleSet set = cm::load_samples(paths, S);
         for (const cm::SampleRejection &r : set.rejected)
           std::fprintf(stderr, "rejected %s: %s\n", r.path.c_str(), r.reason.c_str());
+        if (set.num_samples() == 0)
+          throw hkfac::Error("no usable samples (" + std::to_string(set.rejected.size()) +
+                             " rejected)");
         const cm::TrainingData data =
             cm::make_training_data(std::move(set), S, cm::Split{cm::Split::Kind::none, ""}, false);
 
-        std::ofstream file;
-        const std::string out = absl::GetFlag(FLAGS_predictions_file);
-        if (!out.empty()) {
-          file.open(out);
-          if (!file)
-            throw hkfac::Error("--predictions_file: cannot write '" + out + "'");
-        }
-        std::ostream &os = out.empty() ? std::cout : file;
+        // A file gets the predictions whole (temporary file and rename), stdout as they come.
+        std::ostringstream text;
+        std::ostream &os = out.empty() ? static_cast<std::ostream &>(std::cout) : text;
         os << "path,predicted,measured_ms\n";
         cm::Score score;
         for (const cm::PipelineData &p : data.pipelines) {
@@ -83,8 +81,10 @@ int main(int argc, char **argv) {
                      "over %zu pairs more than %.1fx apart\n",
                      data.train_schedules(), data.pipelines.size(), score.loss, score.accuracy,
                      score.pairs, cm::kOrderingRatio);
-        if (!os)
-          throw hkfac::Error("cannot write the predictions");
+        if (!out.empty())
+          hkfac::tools::write_output_flag("--predictions_file", out, text.str());
+        else if (!std::cout.flush())
+          throw hkfac::Error("cannot write the predictions to stdout");
         return 0;
       });
 }

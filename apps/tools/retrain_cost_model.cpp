@@ -2,11 +2,14 @@
 // name, plus --optimizer, --validation, --csv and --predictions_file).
 #include <absl/flags/flag.h>
 
+#include <cerrno>
+#include <cmath>
 #include <cstdio>
+#include <cstring>
 #include <fstream>
 #include <iostream>
+#include <limits>
 #include <sstream>
-#include <thread>
 
 #include "hkfac/cost_model/samples.h"
 #include "hkfac/cost_model/weights.h"
@@ -20,7 +23,7 @@ ABSL_FLAG(std::string, rates, "0.0001",
           "the lowest validation loss is written (K-FAC: see --kfac_rate)");
 ABSL_FLAG(std::string, initial_weights, "", "Start from this .weights file or weights directory");
 ABSL_FLAG(bool, randomize_weights, false, "Start from random weights (seeded by --seed)");
-ABSL_FLAG(std::string, weights_out, "", "Write the trained weights here (.weights)");
+ABSL_FLAG(std::string, weights_out, "", "Write the trained weights here (.weights; required)");
 ABSL_FLAG(int, num_cores, 0,
           "Cores of the machine that benchmarked the samples (0: this machine's)");
 ABSL_FLAG(std::string, best_benchmark, "",
@@ -71,7 +74,7 @@ std::vector<double> parse_rates(const std::string &text) {
   while (std::getline(in, item, ',')) {
     char *end = nullptr;
     const double r = std::strtod(item.c_str(), &end);
-    if (item.empty() || *end != '\0' || !(r > 0))
+    if (item.empty() || *end != '\0' || !(r > 0) || !std::isfinite(r))
       throw hkfac::Error("--rates: expected positive numbers separated by commas, got '" + text +
                          "'");
     rates.push_back(r);
@@ -92,6 +95,70 @@ std::vector<std::string> sample_paths() {
   }
 }
 
+// A flag's value must be finite and `in_range` (described by `range`). NaN fails every
+// comparison, so without the explicit check it would slip past a plain `> 0` test.
+double checked_flag(const char *flag, double value, bool in_range, const char *range) {
+  if (!std::isfinite(value) || !in_range) {
+    std::ostringstream msg;
+    msg << "--" << flag << ": expected a finite number " << range << ", got " << value;
+    throw hkfac::Error(msg.str());
+  }
+  return value;
+}
+
+int checked_flag(const char *flag, int value, int low) {
+  if (value < low) {
+    throw hkfac::Error(std::string("--") + flag + ": expected an integer >= " +
+                       std::to_string(low) + ", got " + std::to_string(value));
+  }
+  return value;
+}
+
+// Every numeric flag, checked before anything is loaded; the trainer's own checks would come
+// only after the samples were read, some (K-FAC's) only after the first epoch.
+cm::TrainOptions train_options() {
+  const auto positive = [](const char *flag, double v) {
+    return checked_flag(flag, v, v > 0, "> 0");
+  };
+  const auto positive_or_zero = [](const char *flag, double v) {
+    return checked_flag(flag, v, v >= 0, ">= 0");
+  };
+  cm::TrainOptions o;
+  o.optimizer = cm::parse_optimizer(absl::GetFlag(FLAGS_optimizer));
+  o.epochs = checked_flag("epochs", absl::GetFlag(FLAGS_epochs), 0);
+  o.batch_size = checked_flag("batch_size", absl::GetFlag(FLAGS_batch_size), 2);
+  o.seed = static_cast<unsigned>(absl::GetFlag(FLAGS_seed));
+  o.num_cores = hkfac::tools::num_cores_flag(absl::GetFlag(FLAGS_num_cores));
+  o.max_seconds = positive_or_zero("max_seconds", absl::GetFlag(FLAGS_max_seconds));
+  o.penalty_weight = positive_or_zero("penalty_weight", absl::GetFlag(FLAGS_penalty_weight));
+  o.kfac_adaptive = absl::GetFlag(FLAGS_kfac_adaptive);
+  o.kfac_rate = positive("kfac_rate", absl::GetFlag(FLAGS_kfac_rate));
+  if (const double r = positive_or_zero("kfac_final_rate", absl::GetFlag(FLAGS_kfac_final_rate));
+      r != 0) {
+    if (o.kfac_adaptive)
+      throw hkfac::Error("--kfac_final_rate schedules a fixed rate; --kfac_adaptive computes its "
+                         "own");
+    o.kfac_final_rate = r;
+  }
+  o.kfac_damping = positive("kfac_damping", absl::GetFlag(FLAGS_kfac_damping));
+  // A momentum of 1 or more never lets old updates decay.
+  const double momentum = absl::GetFlag(FLAGS_kfac_momentum);
+  o.kfac_momentum =
+      checked_flag("kfac_momentum", momentum, momentum >= 0 && momentum < 1, "in [0, 1)");
+  o.kfac_inverse_period =
+      checked_flag("kfac_inverse_period", absl::GetFlag(FLAGS_kfac_inverse_period), 1);
+  o.kfac_curvature_period =
+      checked_flag("kfac_curvature_period", absl::GetFlag(FLAGS_kfac_curvature_period), 1);
+  if (const double c =
+          positive_or_zero("kfac_norm_constraint", absl::GetFlag(FLAGS_kfac_norm_constraint));
+      c > 0)
+    o.kfac_norm_constraint = c;
+  else
+    o.kfac_norm_constraint.reset();
+  o.kfac_serial_kernels = absl::GetFlag(FLAGS_kfac_serial_kernels);
+  return o;
+}
+
 void write_best(const cm::TrainingData &data) {
   const cm::PipelineData *best_p = nullptr;
   size_t best_i = 0;
@@ -105,10 +172,9 @@ void write_best(const cm::TrainingData &data) {
   }
   const std::string path = best_p->paths[best_i];
   if (const std::string out = absl::GetFlag(FLAGS_best_benchmark); !out.empty()) {
-    std::ofstream f(out);
-    f << best_p->runtimes_ms[best_i] << " " << path << "\n";
-    if (!f)
-      throw hkfac::Error("--best_benchmark: cannot write '" + out + "'");
+    std::ostringstream text;
+    text << best_p->runtimes_ms[best_i] << " " << path << "\n";
+    hkfac::tools::write_output_flag("--best_benchmark", out, text.str());
   }
   if (const std::string out = absl::GetFlag(FLAGS_best_schedule); !out.empty()) {
     const std::string schedule =
@@ -116,16 +182,17 @@ void write_best(const cm::TrainingData &data) {
     std::ifstream in(schedule, std::ios::binary);
     if (!in)
       throw hkfac::Error("--best_schedule: the fastest sample has no '" + schedule + "'");
-    std::ofstream f(out, std::ios::binary);
-    f << in.rdbuf();
-    if (!f)
-      throw hkfac::Error("--best_schedule: cannot write '" + out + "'");
+    std::ostringstream text;
+    text << in.rdbuf();
+    if (in.bad())
+      throw hkfac::Error("--best_schedule: reading '" + schedule + "' failed");
+    hkfac::tools::write_output_flag("--best_schedule", out, text.str());
   }
 }
 
 void write_predictions(const cm::Weights &w, const cm::TrainingData &data, int cores,
                        const std::string &out) {
-  std::ofstream f(out);
+  std::ostringstream f;
   f << "path,predicted,measured_ms,split\n";
   for (const cm::PipelineData &p : data.pipelines) {
     std::vector<int> all(p.runtimes_ms.size());
@@ -140,8 +207,7 @@ void write_predictions(const cm::Weights &w, const cm::TrainingData &data, int c
         << (validation[i] ? "validation" : "train") << "\n";
     }
   }
-  if (!f)
-    throw hkfac::Error("--predictions_file: cannot write '" + out + "'");
+  hkfac::tools::write_output_flag("--predictions_file", out, f.str());
 }
 
 } // namespace
@@ -160,33 +226,27 @@ int main(int argc, char **argv) {
         const bool randomize = absl::GetFlag(FLAGS_randomize_weights);
         if (initial.empty() == !randomize)
           throw hkfac::Error("give exactly one of --initial_weights and --randomize_weights");
-        const int S = absl::GetFlag(FLAGS_schedule_features);
-        cm::TrainOptions o;
-        o.optimizer = cm::parse_optimizer(absl::GetFlag(FLAGS_optimizer));
-        o.epochs = absl::GetFlag(FLAGS_epochs);
-        o.batch_size = absl::GetFlag(FLAGS_batch_size);
-        o.seed = static_cast<unsigned>(absl::GetFlag(FLAGS_seed));
-        o.num_cores = absl::GetFlag(FLAGS_num_cores);
-        if (o.num_cores <= 0)
-          o.num_cores = static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
-        o.max_seconds = absl::GetFlag(FLAGS_max_seconds);
-        o.penalty_weight = absl::GetFlag(FLAGS_penalty_weight);
-        o.kfac_adaptive = absl::GetFlag(FLAGS_kfac_adaptive);
-        o.kfac_rate = absl::GetFlag(FLAGS_kfac_rate);
-        if (const double r = absl::GetFlag(FLAGS_kfac_final_rate); r != 0)
-          o.kfac_final_rate = r;
-        o.kfac_damping = absl::GetFlag(FLAGS_kfac_damping);
-        o.kfac_momentum = absl::GetFlag(FLAGS_kfac_momentum);
-        o.kfac_inverse_period = absl::GetFlag(FLAGS_kfac_inverse_period);
-        o.kfac_curvature_period = absl::GetFlag(FLAGS_kfac_curvature_period);
-        if (const double c = absl::GetFlag(FLAGS_kfac_norm_constraint); c > 0)
-          o.kfac_norm_constraint = c;
-        else
-          o.kfac_norm_constraint.reset();
-        o.kfac_serial_kernels = absl::GetFlag(FLAGS_kfac_serial_kernels);
+        const int S = hkfac::tools::schedule_features_flag(absl::GetFlag(FLAGS_schedule_features));
+        cm::TrainOptions o = train_options();
         std::vector<double> rates = parse_rates(absl::GetFlag(FLAGS_rates));
         if (o.optimizer == cm::OptimizerKind::kfac)
           rates = {rates.front()}; // K-FAC's rate is --kfac_rate (or adaptive)
+        const cm::Split split = cm::parse_split(absl::GetFlag(FLAGS_validation));
+        // Training's only product is the weights: without a place for them it would be lost.
+        const std::string weights_out = absl::GetFlag(FLAGS_weights_out);
+        if (weights_out.empty())
+          throw hkfac::Error("--weights_out is required (where to write the trained weights)");
+        hkfac::tools::check_output_flag("--weights_out", weights_out);
+        for (const auto &[flag, path] :
+             {std::pair{"--predictions_file", absl::GetFlag(FLAGS_predictions_file)},
+              std::pair{"--best_benchmark", absl::GetFlag(FLAGS_best_benchmark)},
+              std::pair{"--best_schedule", absl::GetFlag(FLAGS_best_schedule)}}) {
+          if (!path.empty())
+            hkfac::tools::check_output_flag(flag, path);
+        }
+        const std::string csv_path = absl::GetFlag(FLAGS_csv);
+        if (!csv_path.empty())
+          hkfac::tools::check_stream_output_flag("--csv", csv_path);
 
         cm::WeightsLoadOptions load;
         load.expected_schedule_features = S;
@@ -201,8 +261,7 @@ int main(int argc, char **argv) {
           throw hkfac::Error("no usable samples (" + std::to_string(set.rejected.size()) +
                              " rejected)");
         const size_t loaded = set.num_samples(), rejected = set.rejected.size();
-        const cm::TrainingData data = cm::make_training_data(
-            std::move(set), S, cm::parse_split(absl::GetFlag(FLAGS_validation)));
+        const cm::TrainingData data = cm::make_training_data(std::move(set), S, split);
         std::printf("%zu samples (%zu rejected, %zu duplicate schedules merged) over %zu "
                     "pipelines: %zu training, %zu validation schedules\n",
                     loaded, rejected, data.duplicates, data.pipelines.size(),
@@ -210,10 +269,10 @@ int main(int argc, char **argv) {
         write_best(data);
 
         std::ofstream csv;
-        if (const std::string path = absl::GetFlag(FLAGS_csv); !path.empty()) {
-          csv.open(path);
+        if (!csv_path.empty()) {
+          csv.open(csv_path);
           if (!csv)
-            throw hkfac::Error("--csv: cannot write '" + path + "'");
+            throw hkfac::Error("--csv: cannot write '" + csv_path + "': " + std::strerror(errno));
           csv << "optimizer,rate,epoch,seconds,steps,train_loss,train_accuracy,validation_loss,"
                  "validation_accuracy,validation_pairs,rejected_steps\n";
         }
@@ -243,14 +302,28 @@ int main(int argc, char **argv) {
             }
             last = r;
           });
+          // Every step rejected (non-finite updates) leaves the initial weights: not a result.
+          if (last.steps > 0 && last.rejected_steps == last.steps) {
+            std::ostringstream msg;
+            msg << "all " << last.steps << " training steps (" << opt_name << " rate " << shown_rate
+                << ") were rejected as non-finite, so the weights never changed; "
+                << "not writing --weights_out";
+            throw hkfac::Error(msg.str());
+          }
+          if (last.steps > 0 && !std::isfinite(last.train.loss)) {
+            std::ostringstream msg;
+            msg << "the training loss after the last epoch is " << last.train.loss << " ("
+                << opt_name << " rate " << shown_rate
+                << "): the weights predict nothing usable; not writing --weights_out";
+            throw hkfac::Error(msg.str());
+          }
           const double score = data.validation_schedules() ? last.validation.loss : last.train.loss;
           if (rates.size() == 1 || score < best_loss) {
             best_loss = score;
             best = w;
           }
         }
-        if (const std::string out = absl::GetFlag(FLAGS_weights_out); !out.empty())
-          cm::save_weights_file(best, out);
+        cm::save_weights_file(best, weights_out);
         if (const std::string out = absl::GetFlag(FLAGS_predictions_file); !out.empty())
           write_predictions(best, data, o.num_cores, out);
         return 0;

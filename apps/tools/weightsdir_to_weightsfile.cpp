@@ -23,8 +23,13 @@ int main(int argc, char **argv) {
           throw hkfac::Error("expected 2 arguments (WEIGHTS_DIR OUT.weights), got " +
                              std::to_string(args.size()) + "; see --help");
         }
+        const int S = absl::GetFlag(FLAGS_schedule_features);
+        if (S != 0 && S != cm::kCpuScheduleFeatures && S != cm::kGpuScheduleFeatures) {
+          throw hkfac::Error("--schedule_features: expected 0, 39 (CPU) or 73 (GPU), got " +
+                             std::to_string(S));
+        }
         cm::WeightsLoadOptions options;
-        options.expected_schedule_features = absl::GetFlag(FLAGS_schedule_features);
+        options.expected_schedule_features = S;
         cm::Weights w = cm::load_weights_dir(args[0], options);
         if (absl::GetFlag(FLAGS_halide_versions)) {
           w.pipeline_features_version = cm::kHalideAdams2019Version;

@@ -262,6 +262,11 @@ std::vector<uint8_t> featurization_to_sample(const std::vector<uint8_t> &featuri
 void featurization_file_to_sample(const std::string &featurization_path, float runtime_ms,
                                   int32_t pipeline_id, int32_t schedule_id, int schedule_features,
                                   const std::string &sample_path) {
+  // The write would replace the input with itself plus a trailer, losing the featurization.
+  if (detail::same_file(featurization_path, sample_path)) {
+    throw Error(sample_path + ": is the input " + featurization_path +
+                " itself; not replacing the featurization with its sample");
+  }
   const size_t cap = kMaxSampleStages * featurization_stage_bytes(kGpuScheduleFeatures);
   size_t total = 0;
   const std::vector<uint8_t> featurization =
@@ -293,8 +298,10 @@ std::vector<std::string> read_path_list_file(const std::string &list_path) {
   // with no samples and say only that none were usable.
   std::error_code ec;
   if (std::filesystem::is_directory(list_path, ec)) {
-    throw Error("'" + list_path + "' is a directory, not a file listing sample paths (make one "
-                "with: find " + list_path + " -name '*.sample' > samples.txt)");
+    throw Error("'" + list_path +
+                "' is a directory, not a file listing sample paths (make one "
+                "with: find " +
+                list_path + " -name '*.sample' > samples.txt)");
   }
   std::ifstream in(list_path, std::ios::binary);
   if (!in)

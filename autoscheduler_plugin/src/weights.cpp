@@ -92,6 +92,21 @@ void check_version(const std::string &name, const char *field, uint32_t expected
   throw Error(msg);
 }
 
+// Our two schedule-features versions name S themselves, so one that belongs to the other S is a
+// contradiction within the file, refused even when foreign versions are allowed.
+void check_own_version_matches_s(const std::string &name, uint32_t version, int s) {
+  const bool ours =
+      version == kCpuScheduleFeaturesVersion || version == kGpuScheduleFeaturesVersion;
+  if (ours && version != schedule_features_version_for(s)) {
+    throw Error(
+        name + ": schedule features version: expected " +
+        std::to_string(schedule_features_version_for(s)) + " for S = " + std::to_string(s) +
+        ", found " + std::to_string(version) + " (the version for S = " +
+        std::to_string(s == kCpuScheduleFeatures ? kGpuScheduleFeatures : kCpuScheduleFeatures) +
+        ")");
+  }
+}
+
 void check_finite(const std::string &name, const char *buffer, const float *values,
                   const std::vector<int> &shape) {
   const size_t n = element_count(shape);
@@ -165,6 +180,8 @@ Weights parse_prefix(const uint8_t *data, size_t available, size_t total, const 
                     std::to_string(extent));
       }
     }
+    if (b == kHead2FilterIndex)
+      check_own_version_matches_s(name, w.schedule_features_version, s);
     // The shape is the network's now, so this allocation is bounded.
     const size_t n = element_count(expected);
     const uint8_t *bytes = r.take(n * 4, buffer + " data");
@@ -291,6 +308,7 @@ void validate_weights(const Weights &w, const std::string &name) {
     throw Error(name + ": head2_filter dimension 1 extent: expected 39 or 73, found " +
                 std::to_string(s));
   }
+  check_own_version_matches_s(name, w.schedule_features_version, s);
   const auto buffers = w.buffers();
   for (int b = 0; b < kNumWeightBuffers; b++) {
     const Buffer<float> &buf = *buffers[b];
@@ -404,13 +422,23 @@ void save_weights_dir(const Weights &w, const std::string &dir) {
   if (::mkdir(dir.c_str(), 0755) != 0 && errno != EEXIST) {
     throw Error(dir + ": cannot create directory: " + detail::errno_text());
   }
+  if (!detail::is_directory(dir))
+    throw Error(dir + ": exists and is not a directory");
+  // All six are checked and written to temporary files before any is renamed into place, so an
+  // error leaves the old set whole rather than a mix of old and new weights.
+  std::vector<detail::PendingFile> pending;
+  pending.reserve(kNumWeightBuffers);
   const auto buffers = w.buffers();
+  for (int b = 0; b < kNumWeightBuffers; b++)
+    detail::check_replaceable(dir + "/" + kWeightsDirFileNames[b]);
   for (int b = 0; b < kNumWeightBuffers; b++) {
     std::vector<uint8_t> bytes;
     bytes.reserve(4 * buffers[b]->number_of_elements());
     for_each_in_file_order(*buffers[b], [&](size_t, float v) { append_le_float(bytes, v); });
-    detail::write_file_atomically(dir + "/" + kWeightsDirFileNames[b], bytes);
+    pending.emplace_back(dir + "/" + kWeightsDirFileNames[b], bytes);
   }
+  for (detail::PendingFile &file : pending)
+    file.commit();
 }
 
 Weights load_weights(const std::string &path, const WeightsLoadOptions &options) {

@@ -1,10 +1,16 @@
-// .sample files: round trips, validation reasons, and grouping samples by pipeline.
+// .sample files: round trips, validation reasons, grouping samples by pipeline, and the
+// featurization_to_sample conversion.
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <cstdlib>
 #include <cstring>
+#include <filesystem>
 #include <limits>
 #include <sstream>
+
+#include <sys/stat.h>
+#include <unistd.h>
 
 #include "hkfac/cost_model/samples.h"
 #include "io_test_util.h"
@@ -136,6 +142,66 @@ TEST(Sample, FeaturizationToSampleAppendsRuntimeAndIds) {
   EXPECT_EQ(cm::featurization_to_sample(featurization, smp.runtime_ms, 5, 6, 0, "f"), bytes);
   EXPECT_THROW(cm::featurization_to_sample(featurization, 1.0f, 5, 6, 39, "f"), hkfac::Error);
   EXPECT_THROW(cm::featurization_to_sample(featurization, -1.0f, 5, 6, 73, "f"), hkfac::Error);
+}
+
+TEST(Sample, FeaturizationFileToSampleRefusesToReplaceItsInput) {
+  ScratchDir dir;
+  const std::vector<uint8_t> sample = cm::serialize_sample(synthetic_sample(39, 2, 5, 6));
+  const std::vector<uint8_t> featurization(sample.begin(), sample.end() - 12);
+  const std::string in = dir.file("in.featurization");
+  write_bytes(in, featurization);
+  std::filesystem::create_symlink("in.featurization", dir.file("alias.sample"));
+  for (const std::string &out :
+       {in, dir.path() + "/./in.featurization", dir.file("alias.sample")}) {
+    try {
+      cm::featurization_file_to_sample(in, 1.0f, 5, 6, 39, out);
+      ADD_FAILURE() << out << " accepted";
+    } catch (const hkfac::Error &e) {
+      EXPECT_NE(std::string(e.what()).find("is the input"), std::string::npos) << e.what();
+    }
+  }
+  EXPECT_EQ(hkfac::testing::read_bytes(in), featurization);
+  cm::featurization_file_to_sample(in, 1.0f, 5, 6, 39, dir.file("out.sample"));
+  EXPECT_EQ(hkfac::testing::read_bytes(dir.file("out.sample")).size(), sample.size());
+}
+
+// See FifoIsRefusedWithoutBlocking in weights_test.cpp: a child an alarm kills if it blocks.
+TEST(Sample, FifoIsRefusedWithoutBlocking) {
+  ScratchDir dir;
+  const std::string fifo = dir.file("x.sample");
+  ASSERT_EQ(::mkfifo(fifo.c_str(), 0644), 0);
+  EXPECT_EXIT(
+      {
+        ::alarm(10);
+        const cm::SampleSet set = cm::load_samples({fifo}, 39, 1);
+        const bool ok = set.rejected.size() == 1 &&
+                        set.rejected[0].reason.find("is a FIFO") != std::string::npos;
+        std::exit(ok ? 0 : 1);
+      },
+      ::testing::ExitedWithCode(0), "");
+}
+
+// The tool's positional numbers are plain decimals: strtod's hex, inf and leading spaces are not.
+TEST(Sample, FeaturizationToSampleToolRefusesNonDecimalNumbers) {
+  ScratchDir dir;
+  const std::vector<uint8_t> sample = cm::serialize_sample(synthetic_sample(39, 2, 5, 6));
+  write_bytes(dir.file("in.featurization"),
+              std::vector<uint8_t>(sample.begin(), sample.end() - 12));
+  const auto run = [&](const std::string &args) {
+    const std::string command = std::string(HKFAC_FEATURIZATION_TO_SAMPLE) + " -- " +
+                                dir.file("in.featurization") + " " + args + " " +
+                                dir.file("out.sample") + " >" + dir.file("log") + " 2>&1";
+    return std::system(command.c_str());
+  };
+  for (const std::string bad :
+       {"0x1p-4 1 2", "' 0.5' 1 2", "inf 1 2", "0.5 0x10 2", "0.5 ' 1' 2", "1e-3e4 1 2"}) {
+    EXPECT_NE(run(bad), 0) << bad << " accepted";
+    const std::vector<uint8_t> log = hkfac::testing::read_bytes(dir.file("log"));
+    EXPECT_NE(std::string(log.begin(), log.end()).find("expected a"), std::string::npos) << bad;
+  }
+  EXPECT_FALSE(std::filesystem::exists(dir.file("out.sample")));
+  EXPECT_EQ(run("1.5e-3 -1 +2"), 0);
+  EXPECT_TRUE(std::filesystem::exists(dir.file("out.sample")));
 }
 
 TEST(SampleSet, ReadPathListTrimsAndSkipsBlankLines) {

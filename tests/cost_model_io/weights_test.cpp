@@ -1,4 +1,5 @@
-// hwf1 .weights files and old weights directories: round trips, byte layout and validation.
+// hwf1 .weights files and old weights directories: round trips, byte layout, validation, and
+// what the atomic writer refuses.
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -8,7 +9,13 @@
 #include <iterator>
 #include <limits>
 
+#include <sys/socket.h>
+#include <sys/stat.h>
+#include <sys/un.h>
+#include <unistd.h>
+
 #include "hkfac/cost_model/weights.h"
+#include "hkfac/file_util.h"
 #include "io_test_util.h"
 
 namespace cm = hkfac::cost_model;
@@ -145,7 +152,31 @@ TEST(WeightsFile, WrongVersionIsAnErrorUnlessAllowed) {
       << msg;
   cm::WeightsLoadOptions allow;
   allow.allow_version_mismatch = true;
-  EXPECT_EQ(parse(bytes, allow).schedule_features_version, 200u);
+  put_le32(bytes, 8, 7); // a foreign version
+  EXPECT_EQ(parse(bytes, allow).schedule_features_version, 7u);
+}
+
+TEST(WeightsFile, OurVersionForTheOtherScheduleFeatureCountIsRefusedBySavingAndLoading) {
+  cm::Weights w = cm::make_weights(39);
+  w.schedule_features_version = cm::kGpuScheduleFeaturesVersion;
+  std::string msg = error_of([&] { cm::serialize_weights(w); });
+  EXPECT_NE(msg.find("schedule features version: expected 100 for S = 39, found 200"),
+            std::string::npos)
+      << msg;
+  ScratchDir dir;
+  EXPECT_NE(error_of([&] { cm::save_weights_file(w, dir.file("w.weights")); }).find("found 200"),
+            std::string::npos);
+  EXPECT_FALSE(std::filesystem::exists(dir.file("w.weights")));
+  // Loading refuses it even when foreign versions are allowed, so what loads also saves.
+  std::vector<uint8_t> bytes = cm::serialize_weights(cm::make_weights(73));
+  put_le32(bytes, 8, cm::kCpuScheduleFeaturesVersion);
+  cm::WeightsLoadOptions allow;
+  allow.allow_version_mismatch = true;
+  msg = error_of([&] { parse(bytes, allow); });
+  EXPECT_NE(msg.find("expected 200 for S = 73, found 100"), std::string::npos) << msg;
+  // Halide's version is not ours, so it is written as given.
+  w.schedule_features_version = cm::kHalideAdams2019Version;
+  EXPECT_NO_THROW(cm::serialize_weights(w));
 }
 
 TEST(WeightsFile, BufferCountOtherThanSixIsAnError) {
@@ -268,6 +299,124 @@ TEST(WeightsDir, WrongSizeFileIsNamedInTheError) {
   EXPECT_NE(msg.find("head2_conv1_weight.data (head2_filter): size: expected 3744 or 7008 bytes"),
             std::string::npos)
       << msg;
+}
+
+TEST(WeightsDir, FailedSaveLeavesTheOldSetWhole) {
+  ScratchDir dir;
+  const cm::Weights old_weights = cm::random_weights(39, 1);
+  cm::save_weights_dir(old_weights, dir.path());
+  // The fifth file cannot be replaced: a directory stands in its place.
+  std::filesystem::remove(dir.file("trunk_conv1_weight.data"));
+  std::filesystem::create_directory(dir.file("trunk_conv1_weight.data"));
+  std::vector<std::vector<uint8_t>> before;
+  for (const char *name : cm::kWeightsDirFileNames) {
+    if (std::string(name) != "trunk_conv1_weight.data")
+      before.push_back(read_bytes(dir.file(name)));
+  }
+  const std::string msg =
+      error_of([&] { cm::save_weights_dir(cm::random_weights(39, 2), dir.path()); });
+  EXPECT_NE(msg.find("trunk_conv1_weight.data: is a directory"), std::string::npos) << msg;
+  size_t i = 0;
+  for (const char *name : cm::kWeightsDirFileNames) {
+    if (std::string(name) != "trunk_conv1_weight.data") {
+      EXPECT_EQ(read_bytes(dir.file(name)), before[i++]) << name << " was replaced";
+    }
+  }
+  // No temporary file is left behind: the five files and the directory.
+  EXPECT_EQ(std::distance(std::filesystem::directory_iterator(dir.path()), {}), 6);
+}
+
+TEST(WeightsDir, PathThatIsAFileIsAnError) {
+  ScratchDir dir;
+  write_bytes(dir.file("file"), {1});
+  const std::string msg =
+      error_of([&] { cm::save_weights_dir(cm::make_weights(39), dir.file("file")); });
+  EXPECT_NE(msg.find("exists and is not a directory"), std::string::npos) << msg;
+}
+
+TEST(AtomicWrite, SymlinkedTargetIsWrittenAndTheLinkKept) {
+  ScratchDir dir;
+  std::filesystem::create_directory(dir.file("real"));
+  write_bytes(dir.file("real/w.weights"), {1, 2, 3});
+  std::filesystem::create_symlink("real/w.weights", dir.file("link.weights"));
+  const cm::Weights w = cm::random_weights(39, 5);
+  cm::save_weights_file(w, dir.file("link.weights"));
+  EXPECT_TRUE(std::filesystem::is_symlink(dir.file("link.weights")));
+  expect_bitwise_equal(cm::load_weights_file(dir.file("real/w.weights")), w);
+  // A dangling link gets its target created.
+  std::filesystem::create_symlink("real/new.weights", dir.file("dangling.weights"));
+  cm::save_weights_file(w, dir.file("dangling.weights"));
+  EXPECT_TRUE(std::filesystem::is_symlink(dir.file("dangling.weights")));
+  expect_bitwise_equal(cm::load_weights_file(dir.file("real/new.weights")), w);
+}
+
+TEST(AtomicWrite, NonRegularTargetsAreRefusedAndKept) {
+  ScratchDir dir;
+  ASSERT_EQ(::mkfifo(dir.file("fifo").c_str(), 0644), 0);
+  std::filesystem::create_directory(dir.file("dir"));
+  const int sock = ::socket(AF_UNIX, SOCK_STREAM, 0);
+  ASSERT_GE(sock, 0);
+  sockaddr_un addr{};
+  addr.sun_family = AF_UNIX;
+  const std::string sock_path = dir.file("sock");
+  ASSERT_LT(sock_path.size(), sizeof addr.sun_path);
+  std::strcpy(addr.sun_path, sock_path.c_str());
+  ASSERT_EQ(::bind(sock, reinterpret_cast<sockaddr *>(&addr), sizeof addr), 0);
+  const cm::Weights w = cm::make_weights(39);
+  for (const auto &[name, kind] : {std::pair{"fifo", "a FIFO"}, std::pair{"dir", "a directory"},
+                                   std::pair{"sock", "a socket"}}) {
+    const std::string msg = error_of([&] { cm::save_weights_file(w, dir.file(name)); });
+    EXPECT_NE(msg.find(std::string("is ") + kind + ", not a regular file"), std::string::npos)
+        << msg;
+  }
+  ::close(sock);
+  EXPECT_EQ(std::filesystem::status(dir.file("fifo")).type(), std::filesystem::file_type::fifo);
+  EXPECT_TRUE(std::filesystem::is_directory(dir.file("dir")));
+  EXPECT_EQ(std::filesystem::status(dir.file("sock")).type(), std::filesystem::file_type::socket);
+}
+
+TEST(AtomicWrite, ReadOnlyFileIsRefusedAndKept) {
+  ScratchDir dir;
+  write_bytes(dir.file("ro.weights"), {1, 2, 3});
+  ASSERT_EQ(::chmod(dir.file("ro.weights").c_str(), 0444), 0);
+  // Refused even for root, whom access() would let write: the mode bits decide.
+  const std::string msg =
+      error_of([&] { cm::save_weights_file(cm::make_weights(39), dir.file("ro.weights")); });
+  EXPECT_NE(msg.find("cannot write"), std::string::npos) << msg;
+  EXPECT_EQ(read_bytes(dir.file("ro.weights")), (std::vector<uint8_t>{1, 2, 3}));
+  EXPECT_EQ(std::distance(std::filesystem::directory_iterator(dir.path()), {}), 1);
+}
+
+TEST(AtomicWrite, ReplacementKeepsTheFilesPermissions) {
+  ScratchDir dir;
+  write_bytes(dir.file("w.weights"), {1});
+  ASSERT_EQ(::chmod(dir.file("w.weights").c_str(), 0600), 0);
+  cm::save_weights_file(cm::make_weights(39), dir.file("w.weights"));
+  struct stat st;
+  ASSERT_EQ(::stat(dir.file("w.weights").c_str(), &st), 0);
+  EXPECT_EQ(st.st_mode & 0777, 0600u);
+}
+
+TEST(AtomicWrite, MissingDirectoryIsNamedBeforeAnythingIsWritten) {
+  ScratchDir dir;
+  const std::string msg = error_of([&] { hkfac::detail::check_replaceable(dir.file("no/w")); });
+  EXPECT_NE(msg.find("cannot create a file there: No such file or directory"), std::string::npos)
+      << msg;
+}
+
+// A FIFO opened for reading waits for a writer; the loader must refuse it without opening it.
+// Run in a child that an alarm kills, so a regression fails instead of hanging the suite.
+TEST(WeightsFile, FifoIsRefusedWithoutBlocking) {
+  ScratchDir dir;
+  const std::string fifo = dir.file("w.weights");
+  ASSERT_EQ(::mkfifo(fifo.c_str(), 0644), 0);
+  EXPECT_EXIT(
+      {
+        ::alarm(10);
+        const std::string msg = error_of([&] { cm::load_weights(fifo); });
+        std::exit(msg.find("is a FIFO, not a regular file") != std::string::npos ? 0 : 1);
+      },
+      ::testing::ExitedWithCode(0), "");
 }
 
 } // namespace

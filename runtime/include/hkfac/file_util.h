@@ -115,13 +115,34 @@ private:
 
 inline std::string errno_text() { return std::strerror(errno); }
 
+// What a non-regular file is, for errors that refuse one.
+inline const char *file_kind(mode_t mode) {
+  if (S_ISDIR(mode))
+    return "a directory";
+  if (S_ISFIFO(mode))
+    return "a FIFO";
+  if (S_ISCHR(mode))
+    return "a character device";
+  if (S_ISBLK(mode))
+    return "a block device";
+  if (S_ISSOCK(mode))
+    return "a socket";
+  if (S_ISLNK(mode))
+    return "a symbolic link";
+  return "not a regular file";
+}
+
+inline std::string not_regular_text(mode_t mode) {
+  return std::string("is ") + file_kind(mode) + ", not a regular file";
+}
+
 // Size of a regular file, or an error naming `path`.
 inline size_t regular_file_size(const std::string &path) {
   struct stat st;
   if (::stat(path.c_str(), &st) != 0)
     throw Error(path + ": cannot open: " + errno_text());
   if (!S_ISREG(st.st_mode))
-    throw Error(path + ": not a regular file");
+    throw Error(path + ": " + not_regular_text(st.st_mode));
   return static_cast<size_t>(st.st_size);
 }
 
@@ -130,14 +151,27 @@ inline bool is_directory(const std::string &path) {
   return ::stat(path.c_str(), &st) == 0 && S_ISDIR(st.st_mode);
 }
 
+// True when both paths exist and name the same file (after symbolic links, whatever the spelling).
+inline bool same_file(const std::string &a, const std::string &b) {
+  struct stat sa, sb;
+  return ::stat(a.c_str(), &sa) == 0 && ::stat(b.c_str(), &sb) == 0 && sa.st_dev == sb.st_dev &&
+         sa.st_ino == sb.st_ino;
+}
+
 // Reads at most `max_bytes` from the start of `path`; `*total_size` gets the file's full size.
 // The cap keeps a hostile or mistaken huge file from being read into memory just to be rejected.
 inline std::vector<uint8_t> read_file_prefix(const std::string &path, size_t max_bytes,
                                              size_t *total_size) {
-  const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
+  // Opening a FIFO for reading waits for a writer, so non-regular files are refused before the
+  // open; O_NONBLOCK covers one swapped in between (it changes nothing for a regular file).
+  struct stat st;
+  if (::stat(path.c_str(), &st) != 0)
+    throw Error(path + ": cannot open: " + errno_text());
+  if (!S_ISREG(st.st_mode))
+    throw Error(path + ": " + not_regular_text(st.st_mode));
+  const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC | O_NONBLOCK);
   if (fd < 0)
     throw Error(path + ": cannot open: " + errno_text());
-  struct stat st;
   if (::fstat(fd, &st) != 0 || !S_ISREG(st.st_mode)) {
     ::close(fd);
     throw Error(path + ": not a regular file");
@@ -160,43 +194,131 @@ inline std::vector<uint8_t> read_file_prefix(const std::string &path, size_t max
   return bytes;
 }
 
-// Writes `bytes` to a temporary file next to `path`, syncs it and renames it over `path`, so
-// readers see either the old file or the complete new one.
-inline void write_file_atomically(const std::string &path, const std::vector<uint8_t> &bytes) {
-  // Unique per process and call, so concurrent writers never share a temporary file.
-  static std::atomic<unsigned> counter{0};
-  const std::string tmp =
-      path + ".tmp." + std::to_string(::getpid()) + "." + std::to_string(counter++);
-  const int fd = ::open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+// `path` with symbolic links in its last component followed, so a replacement lands on the
+// link's target instead of replacing the link. A dangling link gives the path it points to.
+inline std::string resolve_final_symlinks(const std::string &path) {
+  std::string p = path;
+  for (int hops = 0;; ++hops) {
+    struct stat st;
+    if (::lstat(p.c_str(), &st) != 0 || !S_ISLNK(st.st_mode))
+      return p;
+    if (hops == 40) // Linux's own limit (ELOOP)
+      throw Error(path + ": too many levels of symbolic links");
+    std::vector<char> target(static_cast<size_t>(st.st_size) + 256);
+    const ssize_t n = ::readlink(p.c_str(), target.data(), target.size());
+    if (n < 0)
+      throw Error(path + ": cannot read the symbolic link " + p + ": " + errno_text());
+    if (static_cast<size_t>(n) == target.size())
+      throw Error(path + ": the symbolic link " + p + " changed while being read");
+    const std::string to(target.data(), static_cast<size_t>(n));
+    const size_t slash = p.rfind('/');
+    // A relative target is relative to the link's own directory.
+    p = to.compare(0, 1, "/") == 0 || slash == std::string::npos ? to : p.substr(0, slash + 1) + to;
+  }
+}
+
+// Checks that `path` can be replaced by a new regular file (writing goes to a temporary file next
+// to it, renamed over it) and returns the path to write: `path` with its symbolic links followed.
+// Refuses, naming the reason: an existing target that is not a regular file (a device, FIFO,
+// directory or socket: a rename would silently swap it for a plain file), an existing file
+// without write permission (the rename needs only the directory's, so it would ignore that the
+// file was made read-only; checked by its mode bits too, which root's access() ignores), and a
+// directory in which no file can be created (probed by creating one).
+inline std::string check_replaceable(const std::string &path) {
+  if (path.empty())
+    throw Error("empty output path");
+  const std::string target = resolve_final_symlinks(path);
+  const std::string shown = target == path ? path : path + " (-> " + target + ")";
+  struct stat st;
+  if (::lstat(target.c_str(), &st) == 0) {
+    if (!S_ISREG(st.st_mode))
+      throw Error(shown + ": " + not_regular_text(st.st_mode) + "; not replacing it");
+    if (::access(target.c_str(), W_OK) != 0)
+      throw Error(shown + ": cannot write: " + errno_text());
+    if ((st.st_mode & (S_IWUSR | S_IWGRP | S_IWOTH)) == 0)
+      throw Error(shown + ": cannot write: the file is read-only");
+  } else if (errno != ENOENT) {
+    throw Error(shown + ": cannot write: " + errno_text());
+  }
+  static std::atomic<unsigned> probes{0};
+  const std::string probe =
+      target + ".probe." + std::to_string(::getpid()) + "." + std::to_string(probes++);
+  const int fd = ::open(probe.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0600);
   if (fd < 0)
-    throw Error(path + ": cannot create " + tmp + ": " + errno_text());
-  size_t done = 0;
-  while (done < bytes.size()) {
-    const ssize_t n = ::write(fd, bytes.data() + done, bytes.size() - done);
-    if (n < 0 && errno == EINTR)
-      continue;
-    if (n < 0) {
-      const std::string why = errno_text();
-      ::close(fd);
-      ::unlink(tmp.c_str());
-      throw Error(path + ": write error: " + why);
+    throw Error(shown + ": cannot create a file there: " + errno_text());
+  ::close(fd);
+  ::unlink(probe.c_str());
+  return target;
+}
+
+// New contents for `path`, written and synced to a temporary file next to it on construction
+// (after check_replaceable) and renamed over it by commit(), so readers see either the old file
+// or the complete new one. Destroyed uncommitted, it removes the temporary file: several files
+// can be prepared and committed only once all of them were written.
+class PendingFile {
+public:
+  PendingFile(const std::string &path, const std::vector<uint8_t> &bytes)
+      : path_(path), target_(check_replaceable(path)) {
+    // Unique per process and call, so concurrent writers never share a temporary file.
+    static std::atomic<unsigned> counter{0};
+    tmp_ = target_ + ".tmp." + std::to_string(::getpid()) + "." + std::to_string(counter++);
+    // O_EXCL: never write through whatever may already sit at the temporary name.
+    const int fd = ::open(tmp_.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0644);
+    if (fd < 0)
+      throw Error(path_ + ": cannot create " + tmp_ + ": " + errno_text());
+    std::string why;
+    // The replacement keeps the permissions of the file it replaces.
+    struct stat st;
+    if (::stat(target_.c_str(), &st) == 0 && ::fchmod(fd, st.st_mode & 07777) != 0)
+      why = errno_text();
+    size_t done = 0;
+    while (why.empty() && done < bytes.size()) {
+      const ssize_t n = ::write(fd, bytes.data() + done, bytes.size() - done);
+      if (n < 0 && errno == EINTR)
+        continue;
+      if (n < 0)
+        why = errno_text();
+      else
+        done += static_cast<size_t>(n);
     }
-    done += static_cast<size_t>(n);
+    if (why.empty() && ::fsync(fd) != 0)
+      why = errno_text();
+    if (::close(fd) != 0 && why.empty())
+      why = errno_text();
+    if (!why.empty()) {
+      ::unlink(tmp_.c_str());
+      throw Error(path_ + ": write error: " + why);
+    }
   }
-  std::string why;
-  if (::fsync(fd) != 0)
-    why = errno_text();
-  if (::close(fd) != 0 && why.empty())
-    why = errno_text();
-  if (!why.empty()) {
-    ::unlink(tmp.c_str());
-    throw Error(path + ": write error: " + why);
+  ~PendingFile() {
+    if (!tmp_.empty())
+      ::unlink(tmp_.c_str());
   }
-  if (::rename(tmp.c_str(), path.c_str()) != 0) {
-    const std::string why = errno_text();
-    ::unlink(tmp.c_str());
-    throw Error(path + ": cannot rename " + tmp + " into place: " + why);
+  PendingFile(PendingFile &&other) noexcept
+      : path_(std::move(other.path_)), target_(std::move(other.target_)),
+        tmp_(std::exchange(other.tmp_, std::string())) {}
+  PendingFile(const PendingFile &) = delete;
+  PendingFile &operator=(const PendingFile &) = delete;
+  PendingFile &operator=(PendingFile &&) = delete;
+
+  void commit() {
+    if (tmp_.empty())
+      throw Error(path_ + ": already committed");
+    if (::rename(tmp_.c_str(), target_.c_str()) != 0) {
+      const std::string why = errno_text();
+      throw Error(path_ + ": cannot rename " + tmp_ + " into place: " + why);
+    }
+    tmp_.clear();
   }
+
+private:
+  std::string path_, target_, tmp_;
+};
+
+// Replaces `path` (its target, if it is a symbolic link) with `bytes` through a temporary file
+// and a rename; see check_replaceable for what it refuses.
+inline void write_file_atomically(const std::string &path, const std::vector<uint8_t> &bytes) {
+  PendingFile(path, bytes).commit();
 }
 
 } // namespace hkfac::detail

@@ -56,6 +56,7 @@ struct Sample {
 // finite and > 0, and every feature is finite and >= 0. Errors are hkfac::Error "<name>: reason".
 Sample parse_sample(const uint8_t *data, size_t size, int schedule_features,
                     const std::string &name);
+// Refuses anything but a regular file before opening it (a FIFO would block).
 Sample load_sample(const std::string &path, int schedule_features);
 
 // The .sample bytes of `s` (validated first with the same rules as parse_sample).
@@ -71,7 +72,8 @@ std::vector<uint8_t> featurization_to_sample(const std::vector<uint8_t> &featuri
                                              const std::string &name);
 
 // The same from file to file: reads `featurization_path` (size-checked before reading), writes
-// `sample_path` atomically.
+// `sample_path` atomically. Refuses a `sample_path` that is the input file (by inode, so through
+// links and other spellings too).
 void featurization_file_to_sample(const std::string &featurization_path, float runtime_ms,
                                   int32_t pipeline_id, int32_t schedule_id, int schedule_features,
                                   const std::string &sample_path);

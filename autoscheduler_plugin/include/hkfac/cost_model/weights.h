@@ -18,7 +18,9 @@
 //
 // Loading validates every header field against the network before allocating anything, rejects
 // trailing bytes and non-finite weights, and throws hkfac::Error naming the file, the field, the
-// expected and the found value.
+// expected and the found value. Our schedule-features version of the other S (200 with S = 39) is
+// refused even when other versions are allowed: saving refuses the same, so whatever loads saves
+// back byte for byte.
 #pragma once
 
 #include <array>
@@ -86,8 +88,10 @@ Weights make_weights(int schedule_features);
 // versions.
 Weights random_weights(int schedule_features, uint64_t seed);
 
-// Checks shapes (against S = head2_filter's dimension 1, which must be 39 or 73) and that every
-// value is finite. `name` prefixes the error messages.
+// Checks shapes (against S = head2_filter's dimension 1, which must be 39 or 73), that the
+// schedule-features version, if it is one of ours (100, 200), is S's, and that every value is
+// finite. `name` prefixes the error messages. Other versions (Halide's 3) pass: saving writes
+// them as given.
 void validate_weights(const Weights &w, const std::string &name = "weights");
 
 // The hwf1 byte stream for `w` (validated first), with the versions `w` carries.
@@ -96,14 +100,17 @@ std::vector<uint8_t> serialize_weights(const Weights &w);
 Weights parse_weights(const uint8_t *data, size_t size, const std::string &name,
                       const WeightsLoadOptions &options = {});
 
-// Reads/writes a .weights file. Writing goes through a temporary file and a rename, so a reader
-// never sees half a file.
+// Reads/writes a .weights file. Reading refuses anything but a regular file (a FIFO would block).
+// Writing goes through a temporary file and a rename, so a reader never sees half a file; it
+// writes through a symbolic link to its target and refuses a target that is not a regular file
+// or is read-only (detail::check_replaceable).
 Weights load_weights_file(const std::string &path, const WeightsLoadOptions &options = {});
 void save_weights_file(const Weights &w, const std::string &path);
 
 // Reads/writes an old weights directory. Loading assumes our current versions (the directory has
 // none); `options.expected_schedule_features` picks S when set, otherwise the size of
-// head2_conv1_weight.data decides between 39 and 73.
+// head2_conv1_weight.data decides between 39 and 73. Saving checks all six targets and writes
+// six temporary files before renaming any into place, so an error leaves the old set whole.
 Weights load_weights_dir(const std::string &dir, const WeightsLoadOptions &options = {});
 void save_weights_dir(const Weights &w, const std::string &dir);
 
