@@ -43,6 +43,36 @@ Matrix random_signs(Eigen::Index rows, Eigen::Index cols, std::mt19937 &rng) {
   return Matrix::NullaryExpr(rows, cols, [&]() { return coin(rng) ? 1.0f : -1.0f; });
 }
 
+// Every layer_tag_to_block entry must name a tag of the model or a kind, and a block type, even
+// where no tag uses it: a typo must not leave a tag on its default block silently.
+void check_block_selection_keys(const BlockSelection &selection,
+                                const std::vector<LayerTag> &tags) {
+  constexpr TagKind kKinds[] = {TagKind::dense, TagKind::conv2d, TagKind::scale_and_shift,
+                                TagKind::generic};
+  for (const auto &[key, value] : selection.layer_tag_to_block) {
+    bool known =
+        std::any_of(tags.begin(), tags.end(), [&](const LayerTag &t) { return t.name == key; });
+    for (TagKind k : kKinds)
+      known = known || key == tag_kind_name(k);
+    if (!known) {
+      std::string valid;
+      for (const LayerTag &t : tags)
+        valid += (valid.empty() ? "" : ", ") + t.name;
+      std::string kinds;
+      for (TagKind k : kKinds)
+        kinds += std::string(kinds.empty() ? "" : ", ") + tag_kind_name(k);
+      throw Error("layer_tag_to_block: key '" + key +
+                  "' is neither a tag of the model nor a kind; the tags are " +
+                  (valid.empty() ? "(none)" : valid) + " and the kinds " + kinds);
+    }
+    try {
+      parse_block_kind(value);
+    } catch (const Error &e) {
+      throw Error("layer_tag_to_block['" + key + "']: " + e.what());
+    }
+  }
+}
+
 } // namespace
 
 const char *estimation_mode_name(EstimationMode mode) {
@@ -84,6 +114,7 @@ CurvatureEstimator::CurvatureEstimator(const Model &model, EstimationMode mode,
   num_params_ = shapes.size();
   std::vector<int> owner(shapes.size(), -1);
   const std::vector<LayerTag> &tags = model.tags();
+  check_block_selection_keys(selection, tags);
   for (size_t t = 0; t < tags.size(); ++t) {
     LayerTag tag = tags[t];
     for (int p : tag.params) {
@@ -111,10 +142,6 @@ CurvatureEstimator::CurvatureEstimator(const Model &model, EstimationMode mode,
     blocks_.push_back(make_block(kind, tag, shapes, selection.block_options));
     block_tag_.push_back(static_cast<int>(t));
   }
-  for (const auto &[key, value] : selection.layer_tag_to_block) {
-    parse_block_kind(value); // reject typos even for keys no tag uses
-    (void)key;
-  }
   for (size_t p = 0; p < owner.size(); ++p) {
     if (owner[p] < 0) {
       throw Error("CurvatureEstimator: parameter " + std::to_string(p) + " (" + shapes[p].name +
@@ -129,7 +156,7 @@ void CurvatureEstimator::init() {
     b->init();
 }
 
-void CurvatureEstimator::update_curvature_estimate(Model &model, const LossRegistry &losses,
+bool CurvatureEstimator::update_curvature_estimate(Model &model, const LossRegistry &losses,
                                                    float ema_old, float ema_new,
                                                    std::mt19937 &rng) {
   if (losses.empty()) {
@@ -185,8 +212,13 @@ void CurvatureEstimator::update_curvature_estimate(Model &model, const LossRegis
   }
   }
   for (size_t b = 0; b < blocks_.size(); ++b) {
+    if (!blocks_[b]->keeps_estimate_finite(ema_old, ema_new, batches[b]))
+      return false;
+  }
+  for (size_t b = 0; b < blocks_.size(); ++b) {
     blocks_[b]->update_curvature_estimate(ema_old, ema_new, batches[b]);
   }
+  return true;
 }
 
 void CurvatureEstimator::update_inverse(float diagonal_weight) {

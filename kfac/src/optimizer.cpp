@@ -1,14 +1,27 @@
 // The K-FAC optimizer step.
 #include "hkfac/kfac/optimizer.h"
 
+#include <algorithm>
 #include <chrono>
 #include <cmath>
+#include <cstdio>
+#include <limits>
 
 #include "hkfac/error.h"
 #include "hkfac/serial_kernels.h"
 
 namespace hkfac::kfac {
 namespace {
+
+// The step's float arithmetic (learning rate, momentum, diagonal weight) overflows beyond this.
+constexpr double kFloatMax = std::numeric_limits<float>::max();
+
+// A double as %g prints it: std::to_string would show a damping of 1e-8 as 0.000000.
+std::string describe(double v) {
+  char text[32];
+  std::snprintf(text, sizeof text, "%g", v);
+  return text;
+}
 
 using Clock = std::chrono::steady_clock;
 double seconds_since(Clock::time_point t) {
@@ -39,8 +52,11 @@ const OptimizerOptions &validated(const OptimizerOptions &o) {
           "curvature_batch_size must be >= 0 (0 = the whole batch), got " +
               std::to_string(o.curvature_batch_size));
   require(o.l2_reg >= 0.0f && std::isfinite(o.l2_reg), "l2_reg must be finite and >= 0");
-  require(o.min_damping >= 0.0 && o.max_damping >= o.min_damping,
-          "need 0 <= min_damping <= max_damping");
+  require(o.min_damping >= 0.0 && std::isfinite(o.min_damping),
+          "min_damping must be finite and >= 0, got " + describe(o.min_damping));
+  require(o.max_damping >= o.min_damping, "max_damping (" + describe(o.max_damping) +
+                                              ") must be >= min_damping (" +
+                                              describe(o.min_damping) + ")");
   require(!o.norm_constraint || *o.norm_constraint > 0.0, "norm_constraint must be > 0");
   require(!(o.use_adaptive_damping && o.damping_schedule),
           "damping_schedule and use_adaptive_damping are mutually exclusive");
@@ -54,23 +70,41 @@ const OptimizerOptions &validated(const OptimizerOptions &o) {
   require(!o.damping_adaptation_decay ||
               (*o.damping_adaptation_decay > 0.0 && *o.damping_adaptation_decay < 1.0),
           "damping_adaptation_decay must be in (0, 1)");
-  require(o.initial_damping > 0.0, "initial_damping must be > 0");
-  require(o.rejected_step_damping_factor > 1.0, "rejected_step_damping_factor must be > 1");
+  require(o.initial_damping > 0.0 && std::isfinite(o.initial_damping),
+          "initial_damping must be finite and > 0, got " + describe(o.initial_damping));
+  // Adaptive damping starts there, and quietly clamping it would start somewhere else.
+  require(!o.use_adaptive_damping ||
+              (o.initial_damping >= o.min_damping && o.initial_damping <= o.max_damping),
+          "initial_damping (" + describe(o.initial_damping) +
+              ") must be in [min_damping, max_damping] = [" + describe(o.min_damping) + ", " +
+              describe(o.max_damping) + "]");
+  require(o.rejected_step_damping_factor > 1.0 && std::isfinite(o.rejected_step_damping_factor),
+          "rejected_step_damping_factor must be finite and > 1, got " +
+              describe(o.rejected_step_damping_factor));
   return o;
 }
 
-// A quantity from its schedule or an explicit value, never both.
+// A quantity from its schedule or an explicit value, never both, checked before the step
+// touches any state: finite in the float the step computes with (and >= 0 if `nonnegative`).
 double schedule_or_value(const Schedule &schedule, const std::optional<double> &value, int step,
-                         const char *name) {
+                         const char *name, bool nonnegative) {
   if (schedule && value) {
     throw Error(std::string(name) + ": both " + name +
                 "_schedule and a per-step value were given; use one");
   }
-  if (schedule)
-    return schedule(step);
-  if (value)
-    return *value;
-  throw Error(std::string(name) + ": neither " + name + "_schedule nor a per-step value was given");
+  if (!schedule && !value) {
+    throw Error(std::string(name) + ": neither " + name +
+                "_schedule nor a per-step value was given");
+  }
+  const double v = schedule ? schedule(step) : *value;
+  if (!(std::abs(v) <= kFloatMax) || (nonnegative && !(v >= 0.0))) {
+    const std::string from =
+        schedule ? std::string(name) + "_schedule(" + std::to_string(step) + ") returned "
+                 : std::string("StepValues::") + name + " is ";
+    throw Error(std::string(name) + ": " + from + describe(v) + "; need a finite value" +
+                (nonnegative ? " >= 0" : "") + " (within float range)");
+  }
+  return v;
 }
 
 } // namespace
@@ -128,14 +162,15 @@ Optimizer::Resolved Optimizer::resolve(const StepValues &values) const {
     }
   } else {
     r.learning_rate = schedule_or_value(options_.learning_rate_schedule, values.learning_rate,
-                                        step_, "learning_rate");
+                                        step_, "learning_rate", false);
   }
   if (options_.use_adaptive_momentum) {
     if (values.momentum) {
       throw Error("momentum: use_adaptive_momentum is on; pass no per-step value");
     }
   } else {
-    r.momentum = schedule_or_value(options_.momentum_schedule, values.momentum, step_, "momentum");
+    r.momentum =
+        schedule_or_value(options_.momentum_schedule, values.momentum, step_, "momentum", false);
   }
   // The velocity is zero on the first step, and a schedule's first value must not pretend
   // otherwise.
@@ -147,10 +182,17 @@ Optimizer::Resolved Optimizer::resolve(const StepValues &values) const {
     }
     r.damping = damping_;
   } else {
-    r.damping = damping_boost_ *
-                schedule_or_value(options_.damping_schedule, values.damping, step_, "damping");
+    // The boost applies to the damping in use, so that it raises a value below min_damping too.
+    const double asked =
+        schedule_or_value(options_.damping_schedule, values.damping, step_, "damping", true);
+    r.damping = damping_boost_ * std::max(asked, options_.min_damping);
   }
   r.damping = std::min(std::max(r.damping, options_.min_damping), options_.max_damping);
+  if (!(options_.l2_reg + r.damping <= kFloatMax)) {
+    throw Error("damping: " + describe(r.damping) +
+                (options_.use_adaptive_damping ? "" : " (with the rejected steps' boost)") +
+                " plus l2_reg overflows the float diagonal weight; lower max_damping");
+  }
   return r;
 }
 
@@ -228,15 +270,31 @@ Params Optimizer::gradient(const Params &params, const Batch &batch) {
 }
 
 void Optimizer::burn_in(const Params &params, const std::function<Batch()> &next_batch) {
-  const int n = options_.num_burnin_steps;
-  for (int i = 0; i < n; ++i) {
-    Batch batch = pull(next_batch);
-    if (uses_curvature_subset(batch))
-      batch = curvature_subset(batch);
-    LossRegistry losses;
-    forward(params, batch, losses, nullptr, false);
-    estimator_.update_curvature_estimate(model_, losses, 1.0f, 1.0f / static_cast<float>(n), rng_);
-    ++curvature_updates_;
+  // Interrupted by an exception (the data iterator's, the value function's), burn-in leaves no
+  // partial mean for the retry to add to: the next step() starts it as a new optimizer would.
+  const std::mt19937 rng = rng_, value_rng = value_rng_;
+  const int curvature_updates = curvature_updates_;
+  try {
+    const int n = options_.num_burnin_steps;
+    for (int i = 0; i < n; ++i) {
+      Batch batch = pull(next_batch);
+      if (uses_curvature_subset(batch))
+        batch = curvature_subset(batch);
+      LossRegistry losses;
+      forward(params, batch, losses, nullptr, false);
+      // A batch whose statistics would not be finite is left out, and the estimate S / w is
+      // the mean of the others.
+      if (estimator_.update_curvature_estimate(model_, losses, 1.0f, 1.0f / static_cast<float>(n),
+                                               rng_)) {
+        ++curvature_updates_;
+      }
+    }
+  } catch (...) {
+    estimator_.init();
+    rng_ = rng;
+    value_rng_ = value_rng;
+    curvature_updates_ = curvature_updates;
+    throw;
   }
   burned_in_ = true;
 }
@@ -260,14 +318,9 @@ StepStats Optimizer::step(Params &params, const std::function<Batch()> &next_bat
   const float l2 = options_.l2_reg;
   const float gamma = static_cast<float>(l2 + r.damping);
 
+  // A rejected step changes no parameters; what else it changes depends on its cause.
   auto reject = [&]() {
     ++rejected_steps_;
-    force_inverse_update_ = true;
-    if (options_.use_adaptive_damping) {
-      damping_ = std::min(damping_ * options_.rejected_step_damping_factor, options_.max_damping);
-    } else {
-      damping_boost_ *= options_.rejected_step_damping_factor;
-    }
     st.rejected = true;
     st.rho = 0.0;
     st.rejected_steps = rejected_steps_;
@@ -279,6 +332,40 @@ StepStats Optimizer::step(Params &params, const std::function<Batch()> &next_bat
     st.timings.total_s = seconds_since(start);
     return st;
   };
+  // A bad batch (its loss, gradient or curvature statistics not finite) changes nothing else:
+  // more damping cannot mend data, and would stay for the rest of the run. The same parameters
+  // failing on several batches in a row are broken themselves (an accepted update blew them
+  // up), and rejecting forever would only stand still.
+  auto reject_batch = [&](const std::string &what, const char *was) {
+    if (++nonfinite_batches_ >= kMaxNonfiniteBatches) {
+      throw Error("Optimizer::step: the " + what + " at the current parameters " + was +
+                  " not finite on " + std::to_string(nonfinite_batches_) +
+                  " batches in a row (steps " + std::to_string(step_ - nonfinite_batches_ + 1) +
+                  "-" + std::to_string(step_) +
+                  "): an earlier update made the parameters unusable; restart from a checkpoint "
+                  "with more damping (min_damping, l2_reg) or a smaller learning rate");
+    }
+    return reject();
+  };
+  // A non-finite update, a failed inverse or a non-finite loss at θ+Δ: the step was too long
+  // for the curvature, and more damping shortens the next try (with fresh inverses) — unless
+  // there is no more to give, where rejecting forever would hide the failure.
+  auto reject_for_damping = [&](const std::string &why) {
+    const double raised =
+        std::min(r.damping * options_.rejected_step_damping_factor, options_.max_damping);
+    if (!(r.damping > 0.0) || r.damping >= options_.max_damping || !(l2 + raised <= kFloatMax)) {
+      throw Error(why + "; the damping (" + describe(r.damping) +
+                  ") cannot be raised further (max_damping " + describe(options_.max_damping) +
+                  ")");
+    }
+    force_inverse_update_ = true;
+    if (options_.use_adaptive_damping) {
+      damping_ = raised;
+    } else {
+      damping_boost_ *= options_.rejected_step_damping_factor;
+    }
+    return reject();
+  };
 
   // Loss and gradient.
   Clock::time_point t = Clock::now();
@@ -288,22 +375,8 @@ StepStats Optimizer::step(Params &params, const std::function<Batch()> &next_bat
   // The squared norm doubles as the finiteness check (as in all_finite).
   st.grad_norm = std::sqrt(squared_norm(g));
   st.timings.forward_backward_s = seconds_since(t);
-  if (!std::isfinite(st.loss) || !std::isfinite(st.grad_norm)) {
-    // One bad batch is rejected; the same parameters failing on several batches in a row are
-    // broken themselves (an accepted update blew them up), and rejecting forever would only
-    // raise the damping while the run stands still.
-    if (++nonfinite_batches_ >= kMaxNonfiniteBatches) {
-      throw Error("Optimizer::step: the " +
-                  std::string(std::isfinite(st.loss) ? "gradient" : "loss") +
-                  " at the current parameters was not finite on " +
-                  std::to_string(nonfinite_batches_) + " batches in a row (steps " +
-                  std::to_string(step_ - nonfinite_batches_ + 1) + "-" + std::to_string(step_) +
-                  "): an earlier update made the parameters unusable; restart from a checkpoint "
-                  "with more damping (min_damping, l2_reg) or a smaller learning rate");
-    }
-    return reject();
-  }
-  nonfinite_batches_ = 0;
+  if (!std::isfinite(st.loss) || !std::isfinite(st.grad_norm))
+    return reject_batch(std::isfinite(st.loss) ? "gradient" : "loss", "was");
 
   // The point curvature is measured at: this forward's records on the whole batch, or (with a
   // curvature subset) a second forward over the subset, made when first needed. After it the
@@ -324,28 +397,25 @@ StepStats Optimizer::step(Params &params, const std::function<Batch()> &next_bat
   // Curvature and inverses.
   t = Clock::now();
   if (step_ % options_.curvature_update_period == 0) {
-    estimator_.update_curvature_estimate(model_, at_curvature_point(),
-                                         static_cast<float>(options_.curvature_ema), 1.0f, rng_);
+    if (!estimator_.update_curvature_estimate(
+            model_, at_curvature_point(), static_cast<float>(options_.curvature_ema), 1.0f, rng_)) {
+      st.timings.curvature_update_s += seconds_since(t);
+      return reject_batch("curvature statistics", "were");
+    }
     ++curvature_updates_;
   }
+  nonfinite_batches_ = 0;
   st.timings.curvature_update_s += seconds_since(t);
   t = Clock::now();
   if (step_ % options_.inverse_update_period == 0 || force_inverse_update_) {
     try {
       estimator_.update_inverse(gamma);
     } catch (const CurvatureInverseError &e) {
-      // A damped estimate too close to singular for its damping: rejected like a non-finite
-      // update, so the next step retries the inverse with more damping — unless there is no
-      // more to give.
+      // A damped estimate too close to singular for its damping.
       st.timings.inverse_s = seconds_since(t);
       ++inverse_failures_;
       st.inverse_failures = inverse_failures_;
-      if (!(r.damping > 0.0) || r.damping >= options_.max_damping) {
-        throw Error(std::string(e.what()) + "; the damping (" + std::to_string(r.damping) +
-                    ") cannot be raised further (max_damping " +
-                    std::to_string(options_.max_damping) + ")");
-      }
-      return reject();
+      return reject_for_damping(e.what());
     }
     ++inverse_updates_;
     force_inverse_update_ = false;
@@ -371,9 +441,9 @@ StepStats Optimizer::step(Params &params, const std::function<Batch()> &next_bat
 
   t = Clock::now();
   // The update phase's rejections: its time so far is still recorded.
-  auto reject_update = [&]() {
+  auto reject_update = [&](const char *why) {
     st.timings.update_s = seconds_since(t);
-    return reject();
+    return reject_for_damping(std::string("Optimizer::step: ") + why);
   };
   // The quadratic model's J u and J v, kept: rho's J Δ is their combination (J is linear), which
   // saves a Jacobian-vector product on every damping adaptation.
@@ -382,12 +452,15 @@ StepStats Optimizer::step(Params &params, const std::function<Batch()> &next_bat
   if (options_.use_adaptive_learning_rate) {
     // Minimise q(α, β) = ½ [α β] M [α β]ᵀ + [gᵀu gᵀv] [α β]ᵀ with M_ab = aᵀ(C + γI)b over
     // Δ = α u + β v. The dots of g, u and v come from one pass over the three lists.
+    // Along one direction the minimiser of ½ m α² + b α is -b/m, and 0 where q has no slope
+    // (u = 0, as at a zero gradient), which -b/m would turn into 0/0 and a rejected step.
+    auto minimiser = [](double b, double m) { return b == 0.0 ? 0.0 : -b / m; };
     ju = jvp(u);
     const bool with_velocity = step_ > 0;
     const Eigen::MatrixXd dots = with_velocity ? gram({&g, &u, &velocity_}) : gram({&g, &u});
     const double muu = curvature_form(ju, ju) + gamma * dots(1, 1);
     const double bu = dots(0, 1);
-    alpha = -bu / muu;
+    alpha = minimiser(bu, muu);
     if (with_velocity) {
       jv = jvp(velocity_);
       const double muv = curvature_form(ju, jv) + gamma * dots(1, 2);
@@ -401,7 +474,7 @@ StepStats Optimizer::step(Params &params, const std::function<Batch()> &next_bat
         }
       } else {
         beta = r.momentum;
-        alpha = -(bu + beta * muv) / muu;
+        alpha = minimiser(bu + beta * muv, muu);
       }
     }
     r.learning_rate = -alpha;
@@ -425,10 +498,13 @@ StepStats Optimizer::step(Params &params, const std::function<Batch()> &next_bat
                                   params, g, next_velocity_, next_params_);
   const double delta_sq = sums.delta_squared_norm;
   if (!std::isfinite(delta_sq) || !std::isfinite(sums.next_squared_norm))
-    return reject_update();
-  const bool adapt_damping =
-      options_.use_adaptive_damping && (step_ + 1) % options_.damping_adaptation_interval == 0;
-  if (adapt_damping || options_.always_compute_rho) {
+    return reject_update("the update was not finite");
+  // A zero update (u = 0 and no velocity to carry) predicts no change and makes none: rho would
+  // be 0/0, so it is not computed, and the damping has nothing to adapt to.
+  const bool moved = delta_sq > 0.0;
+  const bool adapt_damping = moved && options_.use_adaptive_damping &&
+                             (step_ + 1) % options_.damping_adaptation_interval == 0;
+  if (moved && (adapt_damping || options_.always_compute_rho)) {
     // rho on this batch: actual change over the quadratic model's predicted change.
     Matrix jd;
     if (ju.size() == 0) {
@@ -443,7 +519,7 @@ StepStats Optimizer::step(Params &params, const std::function<Batch()> &next_bat
     const double new_loss =
         forward(next_params_, batch, new_losses, nullptr, true, &sums.next_squared_norm);
     if (!std::isfinite(new_loss))
-      return reject_update();
+      return reject_update("the loss after the update was not finite");
     st.rho = predicted != 0.0 ? (new_loss - st.loss) / predicted : 0.0;
   }
 

@@ -2,6 +2,8 @@
 // computed in double precision from finite-difference Jacobians.
 #include <gtest/gtest.h>
 
+#include <limits>
+
 #include "hkfac/error.h"
 #include "hkfac/kfac/blocks/dense_two_kronecker_factored.h"
 #include "hkfac/kfac/estimator.h"
@@ -159,7 +161,7 @@ TEST(kfacEstimator, ExactModesMatchBruteForceCurvatureWithOneExample) {
       Problem p(loss, 1);
       CurvatureEstimator est(p.model, mode);
       std::mt19937 rng(1);
-      est.update_curvature_estimate(p.model, p.run_forward(), 0.0f, 1.0f, rng);
+      ASSERT_TRUE(est.update_curvature_estimate(p.model, p.run_forward(), 0.0f, 1.0f, rng));
       const MatrixXd F = p.brute_force_curvature(mode);
       const std::string what = std::string(loss_name(loss)) + " " + estimation_mode_name(mode);
       const double tol = exact_tolerance(mode);
@@ -189,7 +191,7 @@ TEST(kfacEstimator, ExactModesMatchBruteForceFactorsOnABatch) {
       Problem p(loss, 4);
       CurvatureEstimator est(p.model, mode, sel);
       std::mt19937 rng(1);
-      est.update_curvature_estimate(p.model, p.run_forward(), 0.0f, 1.0f, rng);
+      ASSERT_TRUE(est.update_curvature_estimate(p.model, p.run_forward(), 0.0f, 1.0f, rng));
       const std::string what = std::string(loss_name(loss)) + " " + estimation_mode_name(mode);
       const double tol = exact_tolerance(mode);
       for (size_t k = 0; k < 2; ++k) {
@@ -222,7 +224,7 @@ TEST(kfacEstimator, SampledModesMatchBruteForceInExpectation) {
       std::mt19937 rng(123);
       const LossRegistry losses = p.run_forward();
       for (int s = 0; s < 6000; ++s)
-        est.update_curvature_estimate(p.model, losses, 1.0f, 1.0f, rng);
+        ASSERT_TRUE(est.update_curvature_estimate(p.model, losses, 1.0f, 1.0f, rng));
       const std::string what = std::string(loss_name(loss)) + " " + estimation_mode_name(mode);
       const auto &d0 = dynamic_cast<const DenseTwoKroneckerFactored &>(*est.blocks()[0]);
       EXPECT_LT(rel_err(d0.factor_g().cast<double>(), p.brute_force_g(mode, 0)), 0.1) << what;
@@ -254,8 +256,8 @@ TEST(kfacEstimator, ExactModesMatchBruteForceForConv2D) {
     CurvatureEstimator kfc(p.model, mode), exact(p.model, mode, full);
     EXPECT_EQ(kfc.blocks()[0]->name(), "Conv2DTwoKroneckerFactored");
     const LossRegistry losses = p.run_forward();
-    kfc.update_curvature_estimate(p.model, losses, 0.0f, 1.0f, rng);
-    exact.update_curvature_estimate(p.model, losses, 0.0f, 1.0f, rng);
+    ASSERT_TRUE(kfc.update_curvature_estimate(p.model, losses, 0.0f, 1.0f, rng));
+    ASSERT_TRUE(exact.update_curvature_estimate(p.model, losses, 0.0f, 1.0f, rng));
 
     const int T = 6, oc = 2;
     const std::vector<MatrixXd> J =
@@ -297,6 +299,60 @@ TEST(kfacEstimator, BlockSelectionFollowsOptions) {
   EXPECT_THROW(parse_estimation_mode("fisher"), Error);
 }
 
+// A key that names neither a tag of the model nor a kind is a typo, and the error lists what
+// would have been valid; a kind no tag of this model has is still a valid key.
+TEST(kfacEstimator, LayerTagToBlockKeysMustNameATagOrAKind) {
+  Problem p(LossKind::normal, 2);
+  for (const char *key : {"dense_7", "Dense", ""}) {
+    BlockSelection sel;
+    sel.layer_tag_to_block[key] = "NaiveFull";
+    try {
+      CurvatureEstimator est(p.model, EstimationMode::fisher_exact, sel);
+      ADD_FAILURE() << "key '" << key << "' was ignored";
+    } catch (const Error &e) {
+      const std::string what = e.what();
+      EXPECT_NE(what.find("key '" + std::string(key) + "' is neither a tag"), std::string::npos)
+          << what;
+      EXPECT_NE(what.find("dense_0, generic_0, dense_1"), std::string::npos) << what;
+      EXPECT_NE(what.find("dense, conv2d, scale_and_shift, generic"), std::string::npos) << what;
+    }
+  }
+  BlockSelection valid;
+  valid.layer_tag_to_block["dense_1"] = "NaiveFull";
+  valid.layer_tag_to_block["conv2d"] = "NaiveFull";
+  CurvatureEstimator est(p.model, EstimationMode::fisher_exact, valid);
+  EXPECT_EQ(est.blocks()[2]->name(), "NaiveFull");
+}
+
+// dense_1's inputs follow a bias: a huge bias (finite, but its square times the batch overflows
+// float) or a NaN one poisons only dense_1's A factor. The batch is refused whole — every block
+// checked before any accumulates — so the blocks before dense_1 are not left a batch ahead, and
+// nothing of it enters a moving average. A large bias whose statistics fit is taken.
+TEST(kfacEstimator, BatchThatWouldMakeAnEstimateNonFiniteChangesNoBlock) {
+  Problem p(LossKind::normal, 4);
+  CurvatureEstimator est(p.model, EstimationMode::fisher_exact);
+  std::mt19937 rng(1);
+  ASSERT_TRUE(est.update_curvature_estimate(p.model, p.run_forward(), 0.0f, 1.0f, rng));
+  std::vector<MatrixXd> before;
+  for (const auto &b : est.blocks())
+    before.push_back(b->full_curvature());
+  const Matrix bias = p.params[2];
+  for (float bad : {1e19f, std::numeric_limits<float>::quiet_NaN()}) {
+    p.params[2](0, 1) = bad;
+    EXPECT_FALSE(est.update_curvature_estimate(p.model, p.run_forward(), 0.5f, 1.0f, rng)) << bad;
+    for (size_t b = 0; b < before.size(); ++b) {
+      EXPECT_EQ(est.blocks()[b]->ema_weight(), 1.0) << bad << " block " << b;
+      EXPECT_EQ(est.blocks()[b]->full_curvature(), before[b]) << bad << " block " << b;
+    }
+  }
+  p.params[2](0, 1) = 1e15f;
+  EXPECT_TRUE(est.update_curvature_estimate(p.model, p.run_forward(), 0.5f, 1.0f, rng));
+  EXPECT_EQ(est.blocks()[2]->ema_weight(), 1.5);
+  EXPECT_TRUE(est.blocks()[2]->full_curvature().allFinite());
+  EXPECT_GT(est.blocks()[2]->full_curvature().maxCoeff(), 1e29);
+  p.params[2] = bias;
+}
+
 TEST(kfacEstimator, EmpiricalModeNeedsTargets) {
   Problem p(LossKind::normal, 2);
   CurvatureEstimator est(p.model, EstimationMode::fisher_empirical);
@@ -304,7 +360,7 @@ TEST(kfacEstimator, EmpiricalModeNeedsTargets) {
   LossRegistry r;
   r.register_squared_error_loss(out);
   std::mt19937 rng(1);
-  EXPECT_THROW(est.update_curvature_estimate(p.model, r, 0.0f, 1.0f, rng), Error);
+  EXPECT_THROW((void)est.update_curvature_estimate(p.model, r, 0.0f, 1.0f, rng), Error);
 }
 
 } // namespace

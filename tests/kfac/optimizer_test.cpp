@@ -185,27 +185,89 @@ TEST(kfacOptimizer, NormConstraintBoundsTheUpdate) {
   }
 }
 
-TEST(kfacOptimizer, NonFiniteStepIsRejectedAndRaisesDamping) {
+// A bad batch is a data problem: it is rejected, and more damping could not mend it, so neither
+// an explicit damping (for the rest of the run) nor adaptive damping is raised.
+TEST(kfacOptimizer, BadBatchIsRejectedAndLeavesTheDampingAlone) {
+  for (bool adaptive : {false, true}) {
+    Regression r;
+    OptimizerOptions o = basic_options();
+    o.use_adaptive_damping = adaptive;
+    o.initial_damping = 1e-2;
+    o.damping_adaptation_interval = 1000;
+    Optimizer opt(r.model, Regression::value, o);
+    StepValues given = values(0.1, 0.0, 1e-2);
+    if (adaptive)
+      given.damping.reset();
+    opt.step(r.params, r.source(), given);
+    const Params before = r.params;
+    auto poisoned = [&]() {
+      Batch b = r.next();
+      b.targets(0, 0) = std::numeric_limits<float>::infinity();
+      return b;
+    };
+    const StepStats st = opt.step(r.params, poisoned, given);
+    EXPECT_TRUE(st.rejected);
+    EXPECT_EQ(st.rejected_steps, 1);
+    EXPECT_EQ(st.rho, 0.0); // a rejected step reduced nothing
+    for (size_t i = 0; i < before.size(); ++i)
+      EXPECT_EQ(r.params[i], before[i]);
+    for (int s = 0; s < 3; ++s) {
+      const StepStats next = opt.step(r.params, r.source(), given);
+      EXPECT_FALSE(next.rejected);
+      EXPECT_EQ(next.rejected_steps, 1);
+      EXPECT_EQ(next.damping, 1e-2) << "adaptive " << adaptive << " step " << s;
+    }
+    EXPECT_TRUE(all_finite(r.params));
+  }
+}
+
+// A non-finite update is the curvature's failure (the step was too long for it): rejected, and
+// the damping raised tenfold for the next try, with inverses refreshed.
+TEST(kfacOptimizer, NonFiniteUpdateIsRejectedAndRaisesDamping) {
   Regression r;
-  Optimizer opt(r.model, Regression::value, basic_options());
+  OptimizerOptions o = basic_options();
+  o.inverse_update_period = 100;
+  Optimizer opt(r.model, Regression::value, o);
   opt.step(r.params, r.source(), values(0.1, 0.0, 1e-2));
   const Params before = r.params;
-  auto poisoned = [&]() {
-    Batch b = r.next();
-    b.targets(0, 0) = std::numeric_limits<float>::quiet_NaN();
-    return b;
-  };
-  const StepStats st = opt.step(r.params, poisoned, values(0.1, 0.0, 1e-2));
-  EXPECT_TRUE(st.rejected);
+  // Within float range, but lr·u is not.
+  const StepStats st = opt.step(r.params, r.source(), values(3e38, 0.0, 1e-2));
+  ASSERT_TRUE(st.rejected);
   EXPECT_EQ(st.rejected_steps, 1);
-  EXPECT_EQ(st.rho, 0.0); // a rejected step reduced nothing
   for (size_t i = 0; i < before.size(); ++i)
     EXPECT_EQ(r.params[i], before[i]);
+  const int inverses = opt.inverse_updates();
   const StepStats next = opt.step(r.params, r.source(), values(0.1, 0.0, 1e-2));
   EXPECT_FALSE(next.rejected);
   EXPECT_EQ(next.rejected_steps, 1);
-  EXPECT_NEAR(next.damping, 1e-1, 1e-9); // raised tenfold
+  EXPECT_NEAR(next.damping, 1e-1, 1e-9);
+  EXPECT_EQ(opt.inverse_updates(), inverses + 1);
   EXPECT_TRUE(all_finite(r.params));
+}
+
+// NaiveDiagonal blocks with zero damping and a feature that is always 0: its curvature is 0 and
+// u = 0/0. Raising a damping of 0 tenfold leaves it 0, so rejecting would repeat forever; the
+// step says so instead, as a failed inverse does.
+TEST(kfacOptimizer, NonFiniteUpdateWithADampingThatCannotRiseIsAnError) {
+  Regression r(0, 16);
+  OptimizerOptions o = basic_options();
+  o.min_damping = 0.0;
+  o.register_only_generic = true;
+  Optimizer opt(r.model, Regression::value, o);
+  auto dead_feature = [&]() {
+    Batch b = r.next();
+    b.inputs.col(3).setZero();
+    return b;
+  };
+  try {
+    opt.step(r.params, dead_feature, values(0.1, 0.0, 0.0));
+    FAIL() << "a non-finite update at zero damping was rejected, to be retried at zero damping";
+  } catch (const Error &e) {
+    const std::string what = e.what();
+    EXPECT_NE(what.find("the update was not finite; the damping (0) cannot be raised further"),
+              std::string::npos)
+        << what;
+  }
 }
 
 // Two bad batches in a row are two rejections; a third means the parameters are what is broken
@@ -233,6 +295,251 @@ TEST(kfacOptimizer, ParametersThatFailOnThreeBatchesInARowAreAnError) {
     EXPECT_NE(std::string(e.what()).find("not finite on 3 batches in a row (steps 4-6)"),
               std::string::npos)
         << e.what();
+  }
+}
+
+// Finite inputs of 1e20 give a finite loss and gradient (the tanh saturates, so the first
+// layer's gradient is 1e20 · 0) but A = X̄ᵀX̄ / B = inf in float. The batch is a bad batch: rejected
+// before it enters the moving average, which stays as it was, and later steps go on as if it
+// had never come.
+TEST(kfacOptimizer, BatchWhoseCurvatureWouldOverflowIsRejectedBeforeTheEstimate) {
+  for (float bad : {1e20f, std::numeric_limits<float>::quiet_NaN()}) {
+    Regression r;
+    Optimizer opt(r.model, Regression::value, basic_options());
+    opt.step(r.params, r.source(), values(0.1, 0.0, 1e-2));
+    const double weight = opt.estimator().blocks()[0]->ema_weight();
+    const MatrixXd curvature = opt.estimator().blocks()[0]->full_curvature();
+    const Params before = r.params;
+    auto huge = [&]() {
+      Batch b = r.next(); // targets from the sane inputs: the loss stays finite
+      b.inputs(0, 0) = bad;
+      return b;
+    };
+    const StepStats st = opt.step(r.params, huge, values(0.1, 0.0, 1e-2));
+    if (std::isnan(bad)) {
+      EXPECT_FALSE(std::isfinite(st.loss)); // NaN reaches the loss, caught there already
+    } else {
+      EXPECT_TRUE(std::isfinite(st.loss) && std::isfinite(st.grad_norm));
+    }
+    EXPECT_TRUE(st.rejected) << bad;
+    EXPECT_EQ(opt.estimator().blocks()[0]->ema_weight(), weight) << bad;
+    EXPECT_EQ(opt.estimator().blocks()[0]->full_curvature(), curvature) << bad;
+    for (size_t i = 0; i < before.size(); ++i)
+      EXPECT_EQ(r.params[i], before[i]);
+    for (int s = 0; s < 3; ++s) {
+      const StepStats next = opt.step(r.params, r.source(), values(0.1, 0.0, 1e-2));
+      EXPECT_FALSE(next.rejected) << bad << " step " << s;
+      EXPECT_EQ(next.damping, 1e-2) << bad << " step " << s;
+    }
+    for (const auto &b : opt.estimator().blocks())
+      EXPECT_TRUE(b->full_curvature().allFinite()) << bad << " " << b->tag().name;
+  }
+}
+
+// Burn-in applies the same rule: a batch whose statistics would not be finite (NaN inputs, or
+// finite ones whose squares overflow) is left out, and the burn-in estimate is the mean of the
+// others (S / w with w = 2/3), whatever the block.
+TEST(kfacOptimizer, BurnInLeavesOutABatchWhoseCurvatureWouldNotBeFinite) {
+  for (const char *block : {"DenseTwoKroneckerFactored", "NaiveDiagonal", "NaiveFull"}) {
+    for (float bad : {1e20f, std::numeric_limits<float>::quiet_NaN()}) {
+      Regression r(0, 16);
+      OptimizerOptions o = basic_options();
+      o.num_burnin_steps = 3;
+      o.curvature_ema = 0.9;
+      o.layer_tag_to_block["dense"] = block;
+      std::vector<Batch> seen;
+      auto source = [&]() {
+        seen.push_back(r.next());
+        if (seen.size() == 2)
+          seen.back().inputs(0, 0) = bad;
+        return seen.back();
+      };
+      Optimizer opt(r.model, Regression::value, o);
+      const StepStats st = opt.step(r.params, source, values(0.1, 0.0, 1e-3));
+      ASSERT_EQ(seen.size(), 4u);
+      const std::string what = std::string(block) + " " + std::to_string(bad);
+      EXPECT_FALSE(st.rejected) << what;
+      EXPECT_EQ(opt.curvature_updates(), 3) << what;
+      const CurvatureBlock &b = *opt.estimator().blocks()[0];
+      EXPECT_NEAR(b.ema_weight(), 0.9 * 2.0 / 3.0 + 1.0, 1e-6) << what;
+      EXPECT_TRUE(b.full_curvature().allFinite()) << what;
+      if (std::string(block) == "DenseTwoKroneckerFactored") {
+        const auto &kf = dynamic_cast<const DenseTwoKroneckerFactored &>(b);
+        const MatrixXd burn = (input_factor(seen[0]) + input_factor(seen[2])) / 2;
+        const MatrixXd expected = (0.9 * 2.0 / 3.0 * burn + input_factor(seen[3])) / 1.6;
+        EXPECT_LT(rel_err(kf.factor_a().cast<double>(), expected), 1e-5) << what;
+      }
+      for (int s = 0; s < 3; ++s)
+        EXPECT_FALSE(opt.step(r.params, r.source(), values(0.1, 0.0, 1e-3)).rejected) << what;
+    }
+  }
+}
+
+// An exception from the data iterator partway through burn-in leaves no partial mean behind:
+// the retry burns in afresh, taking the same steps as a new optimizer on the batches it pulls
+// (the sampled estimation mode shows the random generator is rewound too).
+TEST(kfacOptimizer, BurnInInterruptedByAnExceptionStartsAfreshOnTheNextStep) {
+  Regression r(8, 16);
+  const Params start = r.params;
+  OptimizerOptions o = basic_options();
+  o.num_burnin_steps = 4;
+  o.estimation_mode = EstimationMode::fisher_gradients;
+  Optimizer opt(r.model, Regression::value, o);
+  int pulled = 0;
+  auto failing = [&]() {
+    if (++pulled == 3)
+      throw std::runtime_error("io error");
+    return r.next();
+  };
+  EXPECT_THROW(opt.step(r.params, failing, values(0.1, 0.0, 1e-2)), std::runtime_error);
+  EXPECT_EQ(opt.curvature_updates(), 0);
+  EXPECT_EQ(opt.step_count(), 0);
+  for (const auto &b : opt.estimator().blocks())
+    EXPECT_EQ(b->ema_weight(), 0.0) << b->tag().name;
+
+  std::vector<Batch> seen;
+  auto source = r.recording(seen);
+  for (int s = 0; s < 3; ++s)
+    opt.step(r.params, source, values(0.1, 0.0, 1e-2));
+  Regression fresh_r(8, 16);
+  Params fresh_params = start;
+  Optimizer fresh(fresh_r.model, Regression::value, o);
+  size_t at = 0;
+  auto replay = [&]() { return seen.at(at++); };
+  for (int s = 0; s < 3; ++s)
+    fresh.step(fresh_params, replay, values(0.1, 0.0, 1e-2));
+  EXPECT_EQ(at, seen.size());
+  EXPECT_EQ(opt.curvature_updates(), fresh.curvature_updates());
+  for (size_t b = 0; b < opt.estimator().blocks().size(); ++b) {
+    EXPECT_EQ(opt.estimator().blocks()[b]->ema_weight(),
+              fresh.estimator().blocks()[b]->ema_weight());
+  }
+  for (size_t i = 0; i < start.size(); ++i)
+    EXPECT_EQ(r.params[i], fresh_params[i]) << "parameter " << i;
+}
+
+// The learning rate, momentum and damping are checked as resolved, before burn-in or the
+// curvature update: a bad value is an error naming it and where it came from, and leaves the
+// optimizer as it was, so a retry with a good value is a first step.
+TEST(kfacOptimizer, BadStepValuesAreErrorsBeforeAnyStateChanges) {
+  const double nan = std::numeric_limits<double>::quiet_NaN();
+  const double inf = std::numeric_limits<double>::infinity();
+  struct Case {
+    StepValues values;
+    bool damping_schedule;
+    const char *message;
+  };
+  const Case cases[] = {
+      {values(nan, 0.0, 1e-2), false, "learning_rate: StepValues::learning_rate is nan"},
+      {values(inf, 0.0, 1e-2), false, "learning_rate: StepValues::learning_rate is inf"},
+      {values(0.1, nan, 1e-2), false, "momentum: StepValues::momentum is nan"},
+      {values(0.1, 0.0, nan), false, "damping: StepValues::damping is nan"},
+      {values(0.1, 0.0, -1.0), false,
+       "damping: StepValues::damping is -1; need a finite value >= 0"},
+      {values(0.1, 0.0, 1e300), false, "damping: StepValues::damping is 1e+300"},
+      {values(0.1, 0.0, 0.0), true, "damping: damping_schedule(0) returned nan"},
+  };
+  for (const Case &c : cases) {
+    Regression r;
+    const Params start = r.params;
+    OptimizerOptions o = basic_options();
+    StepValues v = c.values;
+    if (c.damping_schedule) {
+      o.damping_schedule = [nan](int) { return nan; };
+      v.damping.reset();
+    }
+    Optimizer opt(r.model, Regression::value, o);
+    try {
+      opt.step(r.params, r.source(), v);
+      ADD_FAILURE() << "accepted: " << c.message;
+    } catch (const Error &e) {
+      EXPECT_NE(std::string(e.what()).find(c.message), std::string::npos) << e.what();
+    }
+    EXPECT_EQ(r.batches_pulled, 0) << c.message;
+    EXPECT_EQ(opt.step_count(), 0) << c.message;
+    EXPECT_EQ(opt.curvature_updates(), 0) << c.message;
+    EXPECT_EQ(opt.estimator().blocks()[0]->ema_weight(), 0.0) << c.message;
+    for (size_t i = 0; i < start.size(); ++i)
+      EXPECT_EQ(r.params[i], start[i]) << c.message;
+  }
+}
+
+TEST(kfacOptimizer, OptionsOutOfTheirRangesAreErrorsNamingThem) {
+  const double nan = std::numeric_limits<double>::quiet_NaN();
+  const double inf = std::numeric_limits<double>::infinity();
+  Regression r;
+  auto expect_error = [&](const OptimizerOptions &o, const std::string &message) {
+    try {
+      Optimizer opt(r.model, Regression::value, o);
+      ADD_FAILURE() << "accepted: " << message;
+    } catch (const Error &e) {
+      EXPECT_NE(std::string(e.what()).find(message), std::string::npos) << e.what();
+    }
+  };
+  for (double f : {inf, nan, 1.0}) {
+    OptimizerOptions o = basic_options();
+    o.rejected_step_damping_factor = f;
+    expect_error(o, "rejected_step_damping_factor must be finite and > 1");
+  }
+  for (double d : {inf, nan, -1.0}) {
+    OptimizerOptions o = basic_options();
+    o.min_damping = d;
+    expect_error(o, "min_damping must be finite and >= 0");
+  }
+  for (double d : {inf, nan, 0.0}) {
+    OptimizerOptions o = basic_options();
+    o.use_adaptive_damping = true;
+    o.initial_damping = d;
+    expect_error(o, "initial_damping must be finite and > 0");
+  }
+  OptimizerOptions outside = basic_options();
+  outside.use_adaptive_damping = true;
+  outside.initial_damping = 10.0;
+  outside.max_damping = 1.0;
+  expect_error(outside, "initial_damping (10) must be in [min_damping, max_damping] = [1e-08, 1]");
+  outside.initial_damping = 1e-9;
+  expect_error(outside, "initial_damping (1e-09) must be in [min_damping, max_damping]");
+  // Without adaptive damping the initial damping is not used, and need not lie in the range.
+  outside.use_adaptive_damping = false;
+  EXPECT_NO_THROW(Optimizer(r.model, Regression::value, outside));
+}
+
+// At an exactly zero gradient u = F̂⁻¹·0 = 0 and the quadratic model is flat along u: the
+// adaptive learning rate's -gᵀu / uᵀ(C + γ)u is 0/0. The step is "no update", accepted, and
+// the damping stays (rho, 0/0 too, is not computed).
+TEST(kfacOptimizer, ZeroGradientIsAnAcceptedStepThatChangesNothing) {
+  for (bool adaptive_momentum : {true, false}) {
+    Sequential model(4);
+    model.add<Dense>(4, 2);
+    Params params = zero_params(model);
+    OptimizerOptions o = basic_options();
+    o.use_adaptive_learning_rate = true;
+    o.use_adaptive_momentum = adaptive_momentum;
+    o.use_adaptive_damping = true;
+    o.damping_adaptation_interval = 1;
+    o.initial_damping = 1e-2;
+    Optimizer opt(model, Regression::value, o);
+    std::mt19937 rng(5);
+    auto zero_targets = [&]() {
+      Batch b;
+      b.inputs = random_matrix(8, 4, rng);
+      b.targets = Matrix::Zero(8, 2);
+      return b;
+    };
+    StepValues v;
+    if (!adaptive_momentum)
+      v.momentum = 0.5;
+    for (int s = 0; s < 4; ++s) {
+      const StepStats st = opt.step(params, zero_targets, v);
+      EXPECT_EQ(st.grad_norm, 0.0);
+      EXPECT_FALSE(st.rejected) << "step " << s;
+      EXPECT_EQ(st.learning_rate, 0.0) << "step " << s;
+      EXPECT_EQ(st.update_norm, 0.0) << "step " << s;
+      EXPECT_FALSE(st.rho.has_value()) << "step " << s;
+    }
+    EXPECT_EQ(opt.damping(), 1e-2);
+    for (const Matrix &p : params)
+      EXPECT_TRUE(p.isZero(0.0f));
   }
 }
 

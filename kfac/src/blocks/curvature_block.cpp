@@ -1,7 +1,9 @@
 // The curvature-block base (moving-average bookkeeping, flattening) and the block factory.
 #include "hkfac/kfac/blocks/curvature_block.h"
 
+#include <algorithm>
 #include <cmath>
+#include <limits>
 
 #include "hkfac/error.h"
 #include "hkfac/kfac/blocks/dense_two_kronecker_factored.h"
@@ -53,6 +55,54 @@ void CurvatureBlock::for_each_gradient_pass(
     update(g, decay, per_example);
     decay = 1.0f;
   }
+}
+
+bool CurvatureBlock::sum_fits(double largest, float ema_old, double raw, double added) {
+  // Headroom below FLT_MAX for the kernels' rounding and for what is formed from the sums later
+  // (averages S / w, traces, damped factors).
+  constexpr double kLimit = std::numeric_limits<float>::max() / 16.0;
+  return raw <= kLimit && ema_old * largest + added <= kLimit;
+}
+
+double CurvatureBlock::max_abs(const Matrix &m) {
+  if (m.size() == 0)
+    return 0.0;
+  const float a = m.cwiseAbs().maxCoeff<Eigen::PropagateNaN>();
+  return std::isnan(a) ? std::numeric_limits<double>::infinity() : a;
+}
+
+double CurvatureBlock::max_diagonal(const Matrix &sum) {
+  if (sum.size() == 0)
+    return 0.0;
+  const float a = sum.diagonal().cwiseAbs().maxCoeff<Eigen::PropagateNaN>();
+  return std::isnan(a) ? std::numeric_limits<double>::infinity() : a;
+}
+
+bool CurvatureBlock::gradient_statistics_fit(float ema_old, float ema_new, const BlockBatch &batch,
+                                             double largest) const {
+  // A per-example gradient entry is dy, x·dy or (x = 1) a bias's dy — for conv2d summed over the
+  // example's T locations (per_example_gradients); a generic tag's is dy alone.
+  const bool conv = tag_.kind == TagKind::conv2d;
+  const double x = tag_.kind == TagKind::generic
+                       ? 1.0
+                       : std::max(batch.inputs ? max_abs(*batch.inputs) : 0.0, 1.0);
+  double raw = 0.0, added = 0.0;
+  for (const Matrix &dy : batch.output_grads) {
+    const double locations = conv ? static_cast<double>(dy.rows()) / batch.batch_size : 1.0;
+    const double examples = conv ? batch.batch_size : static_cast<double>(dy.rows());
+    const double g = locations * x * max_abs(dy);
+    const double pass = examples * g * g;
+    raw = std::max(raw, pass);
+    added += ema_new / batch.batch_size * pass;
+  }
+  return sum_fits(largest, ema_old, raw, added);
+}
+
+bool CurvatureBlock::keeps_estimate_finite(float ema_old, float ema_new,
+                                           const BlockBatch &batch) const {
+  if (batch.batch_size < 1 || batch.output_grads.empty() || batch.output_grads.front().rows() < 1)
+    return true;
+  return statistics_fit(ema_old, ema_new, batch);
 }
 
 CurvatureBlock::State CurvatureBlock::state() {

@@ -2,6 +2,7 @@
 #include "hkfac/kfac/blocks/dense_two_kronecker_factored.h"
 
 #include <Eigen/Eigenvalues>
+#include <algorithm>
 #include <cmath>
 #include <utility>
 
@@ -137,6 +138,25 @@ void DenseTwoKroneckerFactored::accumulate(float ema_old, float ema_new, const B
   if (options_.debug_checks && (!a_sum_.allFinite() || !g_sum_.allFinite())) {
     fail("a factor became non-finite after update_curvature_estimate");
   }
+}
+
+bool DenseTwoKroneckerFactored::statistics_fit(float ema_old, float ema_new,
+                                               const BlockBatch &batch) const {
+  // As accumulate: A sums x̄ x̄ᵀ over every row (patch) and weighs by 1 / batch_size, G sums
+  // ds dsᵀ over every row of each pass and weighs by 1 / rows.
+  const double rows = static_cast<double>(batch.output_grads.front().rows());
+  const double x =
+      std::max(batch.inputs ? max_abs(*batch.inputs) : 0.0, tag().has_bias ? 1.0 : 0.0);
+  const double a_raw = rows * x * x;
+  double g_raw = 0.0, g_added = 0.0;
+  for (const Matrix &ds : batch.output_grads) {
+    const double m = max_abs(ds);
+    const double raw = static_cast<double>(ds.rows()) * m * m;
+    g_raw = std::max(g_raw, raw);
+    g_added += ema_new / rows * raw;
+  }
+  return sum_fits(max_diagonal(a_sum_), ema_old, a_raw, ema_new / batch.batch_size * a_raw) &&
+         sum_fits(max_diagonal(g_sum_), ema_old, g_raw, g_added);
 }
 
 namespace {

@@ -29,6 +29,10 @@ void DiagonalBlock::accumulate(float ema_old, float ema_new, const BlockBatch &b
   });
 }
 
+bool DiagonalBlock::statistics_fit(float ema_old, float ema_new, const BlockBatch &batch) const {
+  return gradient_statistics_fit(ema_old, ema_new, batch, max_abs(sum_));
+}
+
 void DiagonalBlock::update_inverse(float) {
   inverse_diagonal_ = diagonal();
   have_inverse_ = true;

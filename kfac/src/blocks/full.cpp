@@ -34,6 +34,10 @@ void FullBlock::accumulate(float ema_old, float ema_new, const BlockBatch &batch
   });
 }
 
+bool FullBlock::statistics_fit(float ema_old, float ema_new, const BlockBatch &batch) const {
+  return gradient_statistics_fit(ema_old, ema_new, batch, max_diagonal(sum_));
+}
+
 void FullBlock::update_inverse(float diagonal_weight) {
   if (!(diagonal_weight >= 0.0f) || !std::isfinite(diagonal_weight)) {
     fail("update_inverse: 'diagonal_weight' must be finite and >= 0");

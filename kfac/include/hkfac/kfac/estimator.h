@@ -39,7 +39,9 @@ bool is_ggn_mode(EstimationMode mode);
 // patterns_to_skip). A tag is treated as generic when register_only_generic is set or its name
 // matches one of patterns_to_skip (ECMAScript regex, whole-name match). Its block is then
 // layer_tag_to_block[tag name] if present, else layer_tag_to_block[kind name] ("dense",
-// "scale_and_shift", "generic", ...), else the default for its (effective) kind.
+// "scale_and_shift", "generic", ...), else the default for its (effective) kind. A key that is
+// neither a tag name of the model nor a kind name is an error (a typo would otherwise leave the
+// tag on its default block without a word).
 struct BlockSelection {
   bool register_only_generic = false;
   std::map<std::string, std::string> layer_tag_to_block;
@@ -64,9 +66,13 @@ public:
 
   void init();
   // One estimate from the model's last forward: w <- ema_old·w + ema_new, S <- ema_old·S +
-  // ema_new·X for every block. `rng` drives the sampled modes.
-  void update_curvature_estimate(Model &model, const LossRegistry &losses, float ema_old,
-                                 float ema_new, std::mt19937 &rng);
+  // ema_new·X for every block. `rng` drives the sampled modes. Returns false, having changed no
+  // block, when the batch would make some block's estimate non-finite (NaN or Inf records, or
+  // finite ones whose statistics overflow float; see CurvatureBlock::keeps_estimate_finite):
+  // every block is checked before any accumulates, so one bad batch cannot poison the moving
+  // averages for good.
+  [[nodiscard]] bool update_curvature_estimate(Model &model, const LossRegistry &losses,
+                                               float ema_old, float ema_new, std::mt19937 &rng);
   void update_inverse(float diagonal_weight);
   // Applies every block's multiply_matpower to the matching parameters of `vec`.
   Params multiply_matpower(const Params &vec, int exp, float diagonal_weight) const;

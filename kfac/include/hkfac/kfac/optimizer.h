@@ -53,7 +53,9 @@ struct OptimizerOptions {
   bool value_func_has_state = false;
   bool value_func_has_rng = false;
   // Each quantity comes from its schedule or from StepValues, never both (an error), unless it is
-  // adaptive. The momentum is 0 on the first step whatever the schedule says.
+  // adaptive. The momentum is 0 on the first step whatever the schedule says. Each value must be
+  // finite within float range, and the damping >= 0: step() checks them before it changes any
+  // state, with an hkfac::Error naming the value and where it came from.
   Schedule learning_rate_schedule;
   Schedule momentum_schedule;
   Schedule damping_schedule;
@@ -96,7 +98,8 @@ struct OptimizerOptions {
 
   // kfac-jax additions.
   bool use_adaptive_damping = false;
-  double initial_damping = 1e-3; // the starting point of adaptive damping
+  // The starting point of adaptive damping; with it, must lie in [min_damping, max_damping].
+  double initial_damping = 1e-3;
   int damping_adaptation_interval = 5;
   // rho costs a forward pass at θ+Δ and a Jacobian-vector product. As in kfac-jax it is computed
   // only where adaptive damping reads it (every damping_adaptation_interval steps), unless this
@@ -108,8 +111,11 @@ struct OptimizerOptions {
   bool use_adaptive_momentum = false;
   bool use_exact_inverses = false;
 
-  // Factor by which damping grows when a step is rejected (a non-finite update, or a damped
-  // curvature block that could not be inverted).
+  // Factor (finite, > 1) by which damping grows when a step is rejected for the curvature's sake:
+  // a non-finite update or loss after it, or a damped curvature block that could not be
+  // inverted. Adaptive damping then goes on from the raised value; a scheduled or StepValues
+  // damping is multiplied by the product of these raises for the rest of the run. A bad batch
+  // raises nothing (see Optimizer).
   double rejected_step_damping_factor = 10.0;
   unsigned seed = 0;
 };
@@ -140,14 +146,16 @@ struct StepStats {
   double damping = 0.0;
   // Reduction ratio (L(θ+Δ) - L(θ)) / (q(Δ) - q(0)) on this step's batch, q the quadratic model
   // with the exact curvature (+ l2_reg). Absent on the steps that do not compute it (see
-  // always_compute_rho) rather than a NaN stand-in, so it cannot be mistaken for a value; 0 for a
-  // rejected step.
+  // always_compute_rho) and where the update is zero (0/0), rather than a NaN stand-in, so it
+  // cannot be mistaken for a value; 0 for a rejected step.
   std::optional<double> rho;
   std::map<std::string, double> aux;
   double grad_norm = 0.0;
   double update_norm = 0.0;
-  // This step changed nothing but the damping: its update was non-finite, or a damped curvature
-  // block could not be inverted (see inverse_failures).
+  // This step changed no parameters: its batch was bad (a non-finite loss, gradient or curvature
+  // statistics at θ; nothing else changes either), or its update or the loss after it was
+  // non-finite, or a damped curvature block could not be inverted (see inverse_failures; these
+  // raise the damping).
   bool rejected = false;
   int rejected_steps = 0;   // total so far
   int inverse_failures = 0; // total so far: inverse updates refused by a block (each rejected)
@@ -158,23 +166,30 @@ struct StepStats {
 // K-FAC (Martens & Grosse 2015) for a Model with registered losses.
 //
 // One step(), as the algorithm reads:
+//  0. resolve lr, μ and the damping, and check them (before anything changes);
 //  1. (first call only) burn-in: pull num_burnin_steps batches and average their curvature
-//     (ema_old = 1, ema_new = 1/n), touching nothing else;
+//     (ema_old = 1, ema_new = 1/n), touching nothing else; a batch whose statistics would not be
+//     finite is left out of the mean, and an exception partway (from the data iterator, say)
+//     drops the partial mean, so the next call starts burn-in afresh;
 //  2. pull a batch; forward, register losses, loss and gradient g (+ l2_reg·θ);
 //  3. every curvature_update_period steps, update the curvature estimate (ema_old =
 //     curvature_ema, ema_new = 1), on the curvature subset if curvature_batch_size is set;
-//  4. every inverse_update_period steps (and after a rejection), refresh the block inverses with
-//     diagonal_weight = l2_reg + damping; a block that cannot invert its damped estimate
-//     (CurvatureInverseError) rejects the step as in 7, or, when the damping is 0 or at
-//     max_damping already, ends it with an hkfac::Error;
+//  4. every inverse_update_period steps (and after a damping raise), refresh the block inverses
+//     with diagonal_weight = l2_reg + damping; a block that cannot invert its damped estimate
+//     (CurvatureInverseError) rejects the step as in 7;
 //  5. precondition: u = F̂⁻¹ g;
 //  6. choose the update Δ = -lr·u + μ·v — lr, μ from schedules / StepValues (u norm-constrained),
 //     or from the 2x2 quadratic model with exact curvature products (adaptive learning rate /
-//     momentum);
-//  7. reject Δ if non-finite (damping raised, counted); otherwise compute rho (where needed; a
-//     non-finite loss at θ+Δ is then rejected too), apply θ <- θ + Δ
-//     and v <- Δ **in place**, and adapt damping (Levenberg–Marquardt) every interval steps.
-// A non-finite loss or gradient at θ (step 2) rejects the step too, as a bad batch; on 3
+//     momentum; u = 0, as at a zero gradient, gives lr = 0);
+//  7. reject Δ if non-finite; otherwise compute rho (where needed and Δ ≠ 0; a non-finite loss at
+//     θ+Δ is then rejected too), apply θ <- θ + Δ and v <- Δ **in place**, and adapt damping
+//     (Levenberg–Marquardt) every interval steps where Δ ≠ 0.
+// Rejections in 4 and 7 are the curvature's: the damping is raised by
+// rejected_step_damping_factor for the next try, or, when it is 0 or at max_damping already,
+// step() ends with an hkfac::Error rather than rejecting forever. A batch whose loss or gradient
+// at θ (step 2) or curvature statistics (step 3, checked for every block before any takes them:
+// NaN or Inf records, or finite ones whose products overflow float) are not finite is rejected
+// as a bad batch: nothing changes but the step count, since damping cannot mend data. On 3 bad
 // batches in a row the parameters themselves are broken and step() throws an hkfac::Error.
 class Optimizer {
 public:
@@ -245,12 +260,12 @@ private:
   int step_ = 0;
   bool burned_in_ = false;
   double damping_ = 0.0;     // adaptive damping's current value
-  double damping_boost_ = 1; // multiplier from rejected steps (non-adaptive damping)
+  double damping_boost_ = 1; // multiplier from curvature rejections (non-adaptive damping)
   bool force_inverse_update_ = false;
   int rejected_steps_ = 0;
   int inverse_failures_ = 0;
-  // Consecutive steps whose loss or gradient at the current parameters was not finite; at
-  // kMaxNonfiniteBatches step() throws instead of rejecting.
+  // Consecutive bad batches (loss, gradient or curvature statistics at the current parameters
+  // not finite); at kMaxNonfiniteBatches step() throws instead of rejecting.
   int nonfinite_batches_ = 0;
   static constexpr int kMaxNonfiniteBatches = 3;
   int inverse_updates_ = 0;

@@ -59,6 +59,13 @@ public:
   // Resets the estimate to empty (w = 0, S = 0) and drops any inverse.
   void init();
   void update_curvature_estimate(float ema_old, float ema_new, const BlockBatch &batch);
+  // Whether update_curvature_estimate(ema_old, ema_new, batch) keeps every sum of the estimate
+  // finite, so that a caller can refuse a bad batch before any block takes it: a NaN or Inf in
+  // the records fails, and so do finite records whose products would overflow the float sums
+  // (inputs of 1e20 give XᵀX = inf). A bound from the largest |entry| of the records and of the
+  // sums: one pass over the records, far cheaper than the statistic itself. A malformed batch
+  // passes, for update_curvature_estimate to report.
+  bool keeps_estimate_finite(float ema_old, float ema_new, const BlockBatch &batch) const;
   // Recomputes the cached inverse of the damped estimate; diagonal_weight = l2_reg + damping.
   virtual void update_inverse(float diagonal_weight) = 0;
   std::vector<Matrix> multiply_matpower(const std::vector<Matrix> &vec, int exp,
@@ -101,6 +108,20 @@ protected:
   virtual void reset() = 0;
   // S <- ema_old·S + ema_new·X_batch (the base class updates w).
   virtual void accumulate(float ema_old, float ema_new, const BlockBatch &batch) = 0;
+  // keeps_estimate_finite for a well-formed batch (batch_size >= 1, at least one pass).
+  virtual bool statistics_fit(float ema_old, float ema_new, const BlockBatch &batch) const = 0;
+  // Whether a sum whose largest |entry| is `largest` stays within float range after
+  // S <- ema_old·S + C, where the kernel's unweighted row sums have entries up to `raw` and the
+  // weighted contribution C entries up to `added`. NaN anywhere fails.
+  static bool sum_fits(double largest, float ema_old, double raw, double added);
+  // The largest |entry| of m (0 when empty), +inf when it holds a NaN: either poisons a sum.
+  static double max_abs(const Matrix &m);
+  // The largest diagonal entry of a sum of outer products (PSD, so it bounds every entry).
+  static double max_diagonal(const Matrix &sum);
+  // statistics_fit for blocks built on for_each_gradient_pass, whose sums (largest |entry|
+  // `largest`) take squares or outer products of the per-example gradients.
+  bool gradient_statistics_fit(float ema_old, float ema_new, const BlockBatch &batch,
+                               double largest) const;
   virtual std::vector<Matrix> matpower(const std::vector<Matrix> &vec, int exp,
                                        float diagonal_weight) const = 0;
   // 1/w, or 0 before the first update (an empty estimate reads as zero curvature).

@@ -54,6 +54,7 @@ protected:
   void reset() override;
   OwnState own_state() override;
   void accumulate(float ema_old, float ema_new, const BlockBatch &batch) override;
+  bool statistics_fit(float ema_old, float ema_new, const BlockBatch &batch) const override;
   std::vector<Matrix> matpower(const std::vector<Matrix> &vec, int exp,
                                float diagonal_weight) const override;
 
