@@ -3,11 +3,36 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstdio>
 
 #include "hkfac/error.h"
 #include "parallel_chunks.h"
 
 namespace hkfac::kfac {
+namespace {
+
+void check_target_shape(const Matrix &inputs, const Matrix &targets, const char *what) {
+  if (targets.rows() != inputs.rows() || targets.cols() != inputs.cols()) {
+    throw Error(std::string(what) + ": 'targets' must be " + std::to_string(inputs.rows()) + " x " +
+                std::to_string(inputs.cols()) + " like the output, got " +
+                std::to_string(targets.rows()) + " x " + std::to_string(targets.cols()));
+  }
+}
+
+// Shortest round-trip form, so an error shows the value the caller passed (-2, not -2.000000).
+std::string number(double v) {
+  char buf[32];
+  std::snprintf(buf, sizeof buf, "%.9g", v);
+  return buf;
+}
+
+[[noreturn]] void target_out_of_range(const char *what, const std::string &loss, Eigen::Index row,
+                                      Eigen::Index col, float value, const char *range) {
+  throw Error(std::string(what) + ": " + loss + " target (row " + std::to_string(row) +
+              ", column " + std::to_string(col) + ") is " + number(value) + "; " + range);
+}
+
+} // namespace
 
 LossFunction::LossFunction(const Matrix &inputs, const Matrix *targets, float weight,
                            const char *what)
@@ -18,8 +43,9 @@ LossFunction::LossFunction(const Matrix &inputs, const Matrix *targets, float we
     throw Error(std::string(what) + ": 'weight' must be finite and >= 0, got " +
                 std::to_string(weight));
   }
+  // The values are the derived constructor's to check: its override is not callable from here.
   if (targets) {
-    check_targets(*targets, what);
+    check_target_shape(inputs_, *targets, what);
     targets_ = *targets;
   }
 }
@@ -31,11 +57,9 @@ const Matrix &LossFunction::targets() const {
 }
 
 void LossFunction::check_targets(const Matrix &targets, const char *what) const {
-  if (targets.rows() != inputs_.rows() || targets.cols() != inputs_.cols()) {
-    throw Error(std::string(what) + ": 'targets' must be " + std::to_string(inputs_.rows()) +
-                " x " + std::to_string(inputs_.cols()) + " like the output, got " +
-                std::to_string(targets.rows()) + " x " + std::to_string(targets.cols()));
-  }
+  check_target_shape(inputs_, targets, what);
+  if (&targets != &targets_)
+    check_target_values(targets, what);
 }
 
 void LossFunction::check_vector(const Matrix &v, Eigen::Index cols, const char *what) const {
@@ -87,7 +111,37 @@ Matrix NormalMeanNegativeLogProbLoss::multiply_fisher_factor(const Matrix &v) co
 CategoricalLogitsNegativeLogProbLoss::CategoricalLogitsNegativeLogProbLoss(const Matrix &logits,
                                                                            const Matrix *targets,
                                                                            float weight)
-    : LossFunction(logits, targets, weight, "register_categorical_predictive_distribution") {}
+    : LossFunction(logits, targets, weight, "register_categorical_predictive_distribution") {
+  if (targets)
+    check_target_values(targets_, "register_categorical_predictive_distribution");
+}
+
+void CategoricalLogitsNegativeLogProbLoss::check_target_values(const Matrix &targets,
+                                                               const char *what) const {
+  // Outside [0, 1], or rows not summing to 1, -Σ t log softmax(z) is no cross-entropy and can be
+  // driven below zero.
+  for (Eigen::Index r = 0; r < targets.rows(); ++r) {
+    double sum = 0.0;
+    bool finite = true;
+    for (Eigen::Index c = 0; c < targets.cols(); ++c) {
+      const float t = targets(r, c);
+      if (!std::isfinite(t)) {
+        finite = false;
+        continue;
+      }
+      if (!(t >= 0.0f && t <= 1.0f)) {
+        target_out_of_range(what, name(), r, c, t,
+                            "targets are class probabilities, each in [0, 1]");
+      }
+      sum += t;
+    }
+    if (finite && !(std::abs(sum - 1.0) <= kRowSumTolerance)) {
+      throw Error(std::string(what) + ": " + name() + " targets of row " + std::to_string(r) +
+                  " sum to " + number(sum) + "; each row must be class probabilities summing " +
+                  "to 1 (within " + number(kRowSumTolerance) + ")");
+    }
+  }
+}
 
 Matrix CategoricalLogitsNegativeLogProbLoss::probabilities() const {
   Matrix p = inputs_.colwise() - inputs_.rowwise().maxCoeff();
@@ -148,7 +202,22 @@ Matrix CategoricalLogitsNegativeLogProbLoss::multiply_fisher_factor(const Matrix
 MultiBernoulliNegativeLogProbLoss::MultiBernoulliNegativeLogProbLoss(const Matrix &logits,
                                                                      const Matrix *targets,
                                                                      float weight)
-    : LossFunction(logits, targets, weight, "register_multi_bernoulli_predictive_distribution") {}
+    : LossFunction(logits, targets, weight, "register_multi_bernoulli_predictive_distribution") {
+  if (targets)
+    check_target_values(targets_, "register_multi_bernoulli_predictive_distribution");
+}
+
+void MultiBernoulliNegativeLogProbLoss::check_target_values(const Matrix &targets,
+                                                            const char *what) const {
+  // Outside [0, 1] the cross-entropy is unbounded below in the logits.
+  for (Eigen::Index r = 0; r < targets.rows(); ++r) {
+    for (Eigen::Index c = 0; c < targets.cols(); ++c) {
+      const float t = targets(r, c);
+      if (std::isfinite(t) && !(t >= 0.0f && t <= 1.0f))
+        target_out_of_range(what, name(), r, c, t, "targets must be in [0, 1]");
+    }
+  }
+}
 
 Matrix MultiBernoulliNegativeLogProbLoss::probabilities() const {
   return (1.0f / (1.0f + (-inputs_.array()).exp())).matrix();

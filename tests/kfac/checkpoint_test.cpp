@@ -8,6 +8,8 @@
 #include <cstdio>
 #include <fstream>
 #include <iterator>
+#include <limits>
+#include <utility>
 
 #include "hkfac/error.h"
 #include "hkfac/file_util.h"
@@ -92,6 +94,27 @@ std::vector<uint8_t> read_bytes(const std::string &path) {
 void write_bytes(const std::string &path, const std::vector<uint8_t> &bytes) {
   std::ofstream f(path, std::ios::binary | std::ios::trunc);
   f.write(reinterpret_cast<const char *>(bytes.data()), static_cast<std::streamsize>(bytes.size()));
+}
+
+// The format's trailing checksum (64-bit FNV-1a of every byte before it), recomputed after a
+// test edits the content so that the edit reaches the field checks.
+void reseal(std::vector<uint8_t> &bytes) {
+  uint64_t h = 14695981039346656037ull;
+  for (size_t i = 0; i + 8 < bytes.size(); ++i) {
+    h ^= bytes[i];
+    h *= 1099511628211ull;
+  }
+  detail::store_le64(&bytes[bytes.size() - 8], h);
+}
+
+// Where the bytes of `key` (a length-prefixed string as the format writes it) end.
+size_t after_string(const std::vector<uint8_t> &bytes, const std::string &s) {
+  std::string key(4, '\0');
+  detail::store_le32(reinterpret_cast<uint8_t *>(key.data()), static_cast<uint32_t>(s.size()));
+  key += s;
+  const size_t at = std::search(bytes.begin(), bytes.end(), key.begin(), key.end()) - bytes.begin();
+  EXPECT_LT(at, bytes.size()) << s;
+  return at + key.size();
 }
 
 bool same(const Params &a, const Params &b) {
@@ -235,13 +258,18 @@ TEST(kfacCheckpoint, DamagedFilesAreRefusedAndChangeNothing) {
     expect_refused(std::vector<uint8_t>(good.begin(), good.begin() + len), "truncated");
   std::vector<uint8_t> longer = good;
   longer.push_back(0);
-  expect_refused(longer, "1 unexpected bytes after the last block");
+  expect_refused(longer, "the content is corrupted or truncated");
+  // Past the checksum, the field checks still hold.
+  std::vector<uint8_t> padded = good;
+  padded.insert(padded.end() - 8, 0);
+  reseal(padded);
+  expect_refused(padded, "1 unexpected bytes after the last block");
   std::vector<uint8_t> bad = good;
   bad[0] = 'X';
   expect_refused(bad, "signature");
   bad = good;
-  bad[8] = 2; // version
-  expect_refused(bad, "version: expected 1, found 2");
+  bad[8] = 3; // version
+  expect_refused(bad, "version: expected 2 (or 1, without a checksum), found 3");
 
   // The generator's text (at the layout's fixed offset after the 16-letter estimation mode)
   // with a stray letter after its last number: the number would parse, the state would be wrong.
@@ -250,10 +278,12 @@ TEST(kfacCheckpoint, DamagedFilesAreRefusedAndChangeNothing) {
   const uint32_t rng_len = detail::load_le32(&bad[rng_at]);
   ASSERT_LT(rng_at + 4 + rng_len, bad.size());
   bad[rng_at + 4 + rng_len - 1] = 'x';
+  expect_refused(bad, "the content is corrupted or truncated");
+  reseal(bad);
   expect_refused(bad, "rng: not a std::mt19937 state");
 
-  // Every byte of the header and the generators' states, then every 13th.
-  int refused = 0;
+  // Every byte of the header and the generators' states, then every 13th: the checksum refuses
+  // each (any one changed byte changes it), naming the file, before any field is read.
   for (size_t i = 0; i < good.size(); i += (i < 200 ? 1 : 13)) {
     std::vector<uint8_t> flipped = good;
     flipped[i] ^= 0xA5;
@@ -262,17 +292,133 @@ TEST(kfacCheckpoint, DamagedFilesAreRefusedAndChangeNothing) {
     Optimizer fresh(m.model, Net::value, options(false));
     const Params m_before = m.params;
     const std::string e = load_error(fresh, path, m.params);
-    if (!e.empty()) {
-      ++refused;
-      EXPECT_TRUE(same(m.params, m_before)) << "byte " << i;
+    EXPECT_FALSE(e.empty()) << "byte " << i;
+    if (i >= 12) { // past the signature and version
+      EXPECT_NE(e.find("checkpoint '" + path + "': the content is corrupted"), std::string::npos)
+          << "byte " << i << ": " << e;
     }
+    EXPECT_TRUE(same(m.params, m_before)) << "byte " << i;
+    EXPECT_EQ(fresh.step_count(), 0) << "byte " << i;
   }
-  EXPECT_GT(refused, 0);
   std::remove(path.c_str());
 
   // The untouched file still loads into the optimizer the failures left alone.
   opt.load_checkpoint(saved.path, n.params);
   EXPECT_EQ(opt.step_count(), 4);
+}
+
+// Damage every field check accepts — a flag flipped, a generator's number changed, a float's low
+// bit — is refused by the checksum; resealed, the same damage would load without a word.
+TEST(kfacCheckpoint, ChecksumRefusesDamageTheFieldChecksAccept) {
+  Saved saved;
+  const std::string path = temp_path("plausible");
+  const std::vector<uint8_t> &good = saved.bytes;
+  const size_t rng_text = 8 + 4 + (4 + 16) + 8 + 2 + 2 * 8 + 5 * 8 + 4;
+  const size_t have_inverse = after_string(good, "dense_0") + 8; // after the ema weight
+  ASSERT_EQ(good[have_inverse], 1);
+  const std::vector<std::pair<const char *, size_t>> damage = {
+      {"burned_in", 40},
+      {"force_inverse_update", 41},
+      {"rng", rng_text},
+      {"have_inverse", have_inverse},
+      {"params[0]", after_string(good, "layer0/w") + 8},
+  };
+  for (const auto &[field, at] : damage) {
+    std::vector<uint8_t> bad = good;
+    if (std::string(field) == "rng")
+      bad[at] = bad[at] > '0' ? bad[at] - 1 : '1'; // a smaller first number still parses
+    else
+      bad[at] ^= 1;
+    write_bytes(path, bad);
+    Net n(9);
+    Optimizer opt(n.model, Net::value, options(false));
+    const std::string e = load_error(opt, path, n.params);
+    EXPECT_NE(e.find("checkpoint '" + path + "': the content is corrupted"), std::string::npos)
+        << field << ": '" << e << "'";
+    reseal(bad);
+    write_bytes(path, bad);
+    EXPECT_EQ(load_error(opt, path, n.params), "") << field;
+  }
+  std::remove(path.c_str());
+}
+
+// Version 1 files, the same layout without the checksum, still load.
+TEST(kfacCheckpoint, VersionOneWithoutChecksumStillLoads) {
+  Saved saved;
+  const std::string path = temp_path("version1");
+  std::vector<uint8_t> v1(saved.bytes.begin(), saved.bytes.end() - 8);
+  ASSERT_EQ(detail::load_le32(&v1[8]), 2u);
+  detail::store_le32(&v1[8], 1);
+  write_bytes(path, v1);
+  Net a(9), b(9);
+  Optimizer from_v1(a.model, Net::value, options(false)),
+      from_v2(b.model, Net::value, options(false));
+  from_v1.load_checkpoint(path, a.params);
+  from_v2.load_checkpoint(saved.path, b.params);
+  EXPECT_EQ(from_v1.step_count(), 4);
+  EXPECT_TRUE(same(a.params, b.params));
+  EXPECT_TRUE(same(from_v1.velocity(), from_v2.velocity()));
+  // The version-1 reader expects nothing after the last block: a checksum there is refused.
+  std::vector<uint8_t> mislabelled = saved.bytes;
+  detail::store_le32(&mislabelled[8], 1);
+  write_bytes(path, mislabelled);
+  EXPECT_NE(load_error(from_v1, path, a.params).find("8 unexpected bytes"), std::string::npos);
+  std::remove(path.c_str());
+}
+
+// save_checkpoint refuses state load_checkpoint would refuse, naming the field, and writes
+// nothing (an older file at the path stays).
+TEST(kfacCheckpoint, SaveRefusesNonFiniteStateAndWritesNothing) {
+  Saved saved;
+  const std::vector<Batch> data = batches(8, 7);
+  Net n(1);
+  Optimizer opt(n.model, Net::value, options(false));
+  size_t next = 0;
+  for (int s = 0; s < 4; ++s)
+    opt.step(n.params, replay(data, next));
+  auto save_error = [&](const std::string &path, const Params &params) -> std::string {
+    try {
+      opt.save_checkpoint(path, params);
+    } catch (const Error &e) {
+      return e.what();
+    }
+    return "";
+  };
+  Params nan_params = n.params;
+  nan_params[2](0, 1) = std::numeric_limits<float>::quiet_NaN();
+  std::string e = save_error(saved.path, nan_params);
+  EXPECT_NE(e.find("params[2] (layer1/scale) holds nan at row 0, column 1"), std::string::npos)
+      << e;
+  EXPECT_NE(e.find("nothing was written"), std::string::npos) << e;
+  EXPECT_EQ(read_bytes(saved.path), saved.bytes);
+  const std::string fresh = temp_path("never_written");
+  EXPECT_NE(save_error(fresh, nan_params), "");
+  EXPECT_FALSE(std::ifstream(fresh).good());
+
+  CurvatureBlock::State s = opt.estimator().block(0).state();
+  Matrix &m = *s.matrices[0].matrix;
+  const float kept = m(0, 0);
+  m(0, 0) = std::numeric_limits<float>::infinity();
+  e = save_error(fresh, n.params);
+  EXPECT_NE(e.find(std::string("block 0 ('dense_0') ") + s.matrices[0].name + " holds inf"),
+            std::string::npos)
+      << e;
+  EXPECT_FALSE(std::ifstream(fresh).good());
+  m(0, 0) = kept;
+  EXPECT_EQ(save_error(fresh, n.params), "");
+  std::remove(fresh.c_str());
+}
+
+TEST(kfacCheckpoint, EmptyPathIsNamed) {
+  Net n(1);
+  Optimizer opt(n.model, Net::value, options(false));
+  try {
+    opt.save_checkpoint("", n.params);
+    FAIL() << "saved to ''";
+  } catch (const Error &e) {
+    EXPECT_STREQ(e.what(), "Optimizer::save_checkpoint: 'path' is empty");
+  }
+  EXPECT_EQ(load_error(opt, "", n.params), "Optimizer::load_checkpoint: 'path' is empty");
 }
 
 // A damped factor that is not positive definite (here made so through a checkpoint: a float
@@ -301,6 +447,7 @@ struct Indefinite {
     EXPECT_GT(a00, 0.0f);
     detail::store_le_float(values + 4 * 1, 10 * a00);
     detail::store_le_float(values + 4 * cols, 10 * a00);
+    reseal(bytes);
     write_bytes(path, bytes);
   }
   ~Indefinite() { std::remove(path.c_str()); }

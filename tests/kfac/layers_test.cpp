@@ -2,6 +2,9 @@
 // finite differences of an independent reference forward pass.
 #include <gtest/gtest.h>
 
+#include <functional>
+#include <new>
+
 #include "hkfac/error.h"
 #include "reference.h"
 
@@ -291,7 +294,8 @@ TEST(kfacLayers, FirstLayerPassesWithoutInputGradMatchTheFullOnes) {
     layer.backward_without_input_grad(params.data(), dy, got.data(), &lean);
     const std::string what = layer.kind() + " " + std::to_string(l);
     for (size_t t = 0; t < params.size(); ++t)
-      EXPECT_LT(rel_err(got[t].cast<double>(), want[t].cast<double>()), 1e-5) << what << " param " << t;
+      EXPECT_LT(rel_err(got[t].cast<double>(), want[t].cast<double>()), 1e-5)
+          << what << " param " << t;
     EXPECT_GT(full.output_grads.norm(), 0.0f) << what;
     EXPECT_LT(rel_err(lean.output_grads.cast<double>(), full.output_grads.cast<double>()), 1e-6)
         << what;
@@ -372,6 +376,109 @@ TEST(kfacLayers, ShapeErrorsNameTheArgument) {
   EXPECT_THROW(Sequential(3).add<Dense>(4, 2), Error);
   f.model.forward(f.params, f.batch);
   EXPECT_THROW(f.model.backward(Matrix::Zero(5, 3)), Error);
+}
+
+std::string error_of(const std::function<void()> &f) {
+  try {
+    f();
+  } catch (const Error &e) {
+    return e.what();
+  }
+  return "";
+}
+
+void expect_error_names(const std::function<void()> &f, const std::vector<std::string> &needles) {
+  const std::string e = error_of(f);
+  ASSERT_FALSE(e.empty()) << "no error";
+  for (const std::string &n : needles)
+    EXPECT_NE(e.find(n), std::string::npos) << "'" << n << "' not in '" << e << "'";
+}
+
+// Sizes are ints downstream (ParamShape, LayerTag, the blocks' dimensions): a layer whose
+// parameter count or output width overflows int is refused when built, naming it and the size,
+// instead of wrapping (Dense(65536, 65536) had a diagonal block of dimension 0).
+TEST(kfacLayers, SizesBeyondIntAreRefusedNamingTheLayerAndTheSize) {
+  expect_error_names([] { Dense(65536, 65536, Activation::identity, false); },
+                     {"Dense(65536, 65536)", "parameter count", "4294967296"});
+  expect_error_names([] { Dense(4, 2000000000); },
+                     {"Dense(4, 2000000000)", "(w and b)", "10000000000"});
+  // 46341·46340 < 2^31 - 1 < 46342·46340: the bias is what overflows.
+  EXPECT_NO_THROW(Dense(46341, 46340, Activation::identity, false));
+  expect_error_names([] { Dense(46341, 46340); }, {"2147488280"});
+  expect_error_names([] { Conv2D(30000, 30000, 2, 3, 1); },
+                     {"Conv2D(30000 x 30000 x 2 -> 3, kernel 1", "output width", "2700000000"});
+  expect_error_names([] { Conv2D(1, 1, 50000, 50000, 1); },
+                     {"Conv2D(1 x 1 x 50000 -> 50000", "parameter count", "2500050000"});
+  // A 1 x 1 image padded by 40000 has 80001² locations.
+  expect_error_names([] { Conv2D(1, 1, 1, 1, 1, 1, 40000); }, {"output locations", "6400160001"});
+  expect_error_names([] { ScaleAndShift(1200000000); },
+                     {"ScaleAndShift(1200000000)", "2400000000"});
+  EXPECT_NO_THROW(ScaleAndShift(1200000000, true, false));
+}
+
+// A user's layer is checked when appended: its parameters' sizes and its tag's indices.
+class UserLayer : public Layer {
+public:
+  UserLayer(std::vector<ParamShape> shapes, std::vector<int> tagged)
+      : shapes_(std::move(shapes)), tagged_(std::move(tagged)) {}
+  std::string kind() const override { return "user"; }
+  std::vector<ParamShape> param_shapes() const override { return shapes_; }
+  int output_dim(int input_dim) const override { return input_dim; }
+  std::optional<LayerTag> tag() const override {
+    LayerTag t;
+    t.params = tagged_;
+    return t;
+  }
+  void initialize(Matrix *, std::mt19937 &) const override { throw std::bad_alloc(); }
+  Matrix forward(const Matrix *, const Matrix &x, TagRecord *) override { return x; }
+  Matrix backward(const Matrix *, const Matrix &dy, Matrix *, TagRecord *) override { return dy; }
+  Matrix jvp(const Matrix *, const Matrix *, const Matrix &dx) override { return dx; }
+
+private:
+  std::vector<ParamShape> shapes_;
+  std::vector<int> tagged_;
+};
+
+TEST(kfacLayers, AppendChecksAUserLayersSizesAndTag) {
+  Sequential m(3);
+  m.add<Dense>(3, 3);
+  expect_error_names(
+      [&] {
+        m.add<UserLayer>(std::vector<ParamShape>{{70000, 70000, "w"}}, std::vector<int>{0});
+      },
+      {"layer 1 (user)", "parameter 'w'", "4900000000"});
+  expect_error_names(
+      [&] {
+        m.add<UserLayer>(std::vector<ParamShape>{{-1, 2, "w"}}, std::vector<int>{0});
+      },
+      {"layer 1 (user)", "negative extent"});
+  // Each fits, the generic tag's block over both does not.
+  expect_error_names(
+      [&] {
+        m.add<UserLayer>(std::vector<ParamShape>{{40000, 40000, "a"}, {40000, 40000, "b"}},
+                         std::vector<int>{0, 1});
+      },
+      {"tagged parameter count", "3200000000"});
+  expect_error_names(
+      [&] {
+        m.add<UserLayer>(std::vector<ParamShape>{{1, 3, "w"}}, std::vector<int>{1});
+      },
+      {"tag names parameter 1"});
+  // Refused layers leave the model as it was.
+  EXPECT_EQ(m.num_layers(), 1u);
+  EXPECT_EQ(m.param_shapes().size(), 2u);
+  EXPECT_EQ(m.tags().size(), 1u);
+}
+
+// Sizes that fit in int can still exceed memory: init_params names the layer instead of letting
+// a bare std::bad_alloc through.
+TEST(kfacLayers, InitParamsOutOfMemoryNamesTheLayer) {
+  Sequential m(3);
+  m.add<Dense>(3, 3);
+  m.add<UserLayer>(std::vector<ParamShape>{{2, 3, "w"}}, std::vector<int>{0});
+  std::mt19937 rng(1);
+  expect_error_names([&] { m.init_params(rng); },
+                     {"init_params", "out of memory", "layer 1 (user)", "6 floats (24 bytes)"});
 }
 
 } // namespace

@@ -1,6 +1,9 @@
 // Losses: values, gradients, curvature square roots and sampling against double references.
 #include <gtest/gtest.h>
 
+#include <cmath>
+#include <limits>
+
 #include "hkfac/error.h"
 #include "hkfac/kfac/losses.h"
 #include "reference.h"
@@ -142,6 +145,85 @@ TEST(kfacLosses, RegistryRejectsMismatchedShapesAndMissingTargets) {
   EXPECT_THROW(r.register_normal_predictive_distribution(d.z, &d.t, 0.0f), Error);
   const Matrix wrong = Matrix::Zero(B, K + 1);
   EXPECT_THROW(r.register_multi_bernoulli_predictive_distribution(d.z, &wrong), Error);
+}
+
+// The error of `f` ("" when it does not throw).
+std::string error_of(const std::function<void()> &f) {
+  try {
+    f();
+  } catch (const Error &e) {
+    return e.what();
+  }
+  return "";
+}
+
+void expect_error_names(const std::function<void()> &f, const std::vector<std::string> &needles) {
+  const std::string e = error_of(f);
+  ASSERT_FALSE(e.empty()) << "no error";
+  for (const std::string &n : needles)
+    EXPECT_NE(e.find(n), std::string::npos) << "'" << n << "' not in '" << e << "'";
+}
+
+// Such targets would give negative cross-entropies: refused at registration and in values_on,
+// naming the loss, the value and where it is.
+TEST(kfacLosses, OutOfRangeTargetsAreErrorsNamingTheLossValueAndPosition) {
+  Data d;
+  LossRegistry r;
+  Matrix cat = Matrix::Zero(B, K);
+  cat.col(0).setOnes();
+  Matrix negative = cat;
+  negative.row(1) << -2.0f, 3.0f, 0.0f, 0.0f; // sums to 1
+  expect_error_names([&] { r.register_categorical_predictive_distribution(d.z, &negative); },
+                     {"register_categorical_predictive_distribution", "categorical_logits",
+                      "row 1, column 0", "is -2", "[0, 1]"});
+  Matrix two_labels = cat;
+  two_labels(2, 3) = 1.0f;
+  expect_error_names([&] { r.register_categorical_predictive_distribution(d.z, &two_labels); },
+                     {"categorical_logits", "row 2 sum to 2", "summing to 1"});
+  const Matrix none = Matrix::Zero(B, K);
+  expect_error_names([&] { r.register_categorical_predictive_distribution(d.z, &none); },
+                     {"row 0 sum to 0"});
+
+  Matrix bern = Matrix::Constant(B, K, 0.5f);
+  bern(2, 3) = 7.0f;
+  expect_error_names([&] { r.register_multi_bernoulli_predictive_distribution(d.z, &bern); },
+                     {"register_multi_bernoulli_predictive_distribution", "multi_bernoulli_logits",
+                      "row 2, column 3", "is 7", "[0, 1]"});
+  bern(2, 3) = -0.25f;
+  expect_error_names([&] { r.register_multi_bernoulli_predictive_distribution(d.z, &bern); },
+                     {"is -0.25"});
+  EXPECT_TRUE(r.empty());
+
+  // Targets passed to values_on / gradient_on directly are checked too.
+  const MultiBernoulliNegativeLogProbLoss loss(d.z, nullptr, 1.0f);
+  expect_error_names([&] { loss.values_on(bern); }, {"multi_bernoulli values_on", "is -0.25"});
+  const CategoricalLogitsNegativeLogProbLoss categorical(d.z, &cat, 1.0f);
+  expect_error_names([&] { categorical.gradient_on(two_labels); },
+                     {"categorical gradient_on", "row 2 sum to 2"});
+}
+
+// Soft labels are legal; a non-finite target is not an error but a non-finite loss, which the
+// optimizer rejects as a bad batch.
+TEST(kfacLosses, SoftAndNonFiniteTargetsAreAccepted) {
+  Data d;
+  LossRegistry r;
+  const Matrix soft = Matrix::Constant(B, K, 1.0f / K);
+  r.register_categorical_predictive_distribution(d.z, &soft);
+  const Matrix bern = Matrix::Constant(B, K, 0.3f);
+  r.register_multi_bernoulli_predictive_distribution(d.z, &bern);
+  EXPECT_TRUE(r.total_values().allFinite());
+  EXPECT_TRUE((r.total_values().array() > 0.0).all());
+
+  Matrix nan_cat = soft;
+  nan_cat(1, 2) = std::numeric_limits<float>::quiet_NaN();
+  Matrix inf_bern = bern;
+  inf_bern(0, 0) = std::numeric_limits<float>::infinity();
+  LossRegistry bad;
+  bad.register_categorical_predictive_distribution(d.z, &nan_cat);
+  EXPECT_FALSE(std::isfinite(bad.total_values()(1)));
+  bad.clear();
+  bad.register_multi_bernoulli_predictive_distribution(d.z, &inf_bern);
+  EXPECT_FALSE(std::isfinite(bad.total_values()(0)));
 }
 
 } // namespace

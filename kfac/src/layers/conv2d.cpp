@@ -3,6 +3,7 @@
 
 #include "affine_jvp.h"
 #include "affine_parameter_grads.h"
+#include "checked_size.h"
 #include "hkfac/error.h"
 #include "hkfac/kfac/layers.h"
 #include "ops.h"
@@ -21,6 +22,19 @@ Conv2D::Conv2D(int height, int width, int in_channels, int out_channels, int ker
   geometry_.stride_h = geometry_.stride_w = stride;
   geometry_.pad_h = geometry_.pad_w = padding;
   geometry_.validate("Conv2D"); // names the kernel that exceeds the padded image, or overflow
+  // The geometry's accessors multiply in int: recompute in 64 bits what they would return.
+  const std::string layer = "Conv2D(" + std::to_string(height) + " x " + std::to_string(width) +
+                            " x " + std::to_string(in_channels) + " -> " +
+                            std::to_string(out_channels) + ", kernel " +
+                            std::to_string(kernel_size) + ", stride " + std::to_string(stride) +
+                            ", padding " + std::to_string(padding) + ")";
+  const long long out_h = (height + 2LL * padding - kernel_size) / stride + 1,
+                  out_w = (width + 2LL * padding - kernel_size) / stride + 1;
+  const long long locations = detail::checked_int(out_h * out_w, layer, "the output locations");
+  detail::checked_int(locations * out_channels, layer, "the output width (locations x channels)");
+  const long long patch = static_cast<long long>(kernel_size) * kernel_size * in_channels;
+  detail::checked_int((patch + (use_bias ? 1 : 0)) * out_channels, layer,
+                      use_bias ? "the parameter count (kernel and b)" : "the parameter count");
 }
 
 std::vector<ParamShape> Conv2D::param_shapes() const {

@@ -3,6 +3,7 @@
 
 #include "affine_jvp.h"
 #include "affine_parameter_grads.h"
+#include "checked_size.h"
 #include "hkfac/error.h"
 #include "hkfac/kfac/layers.h"
 #include "ops.h"
@@ -48,6 +49,10 @@ Dense::Dense(int input_dim, int output_dim, Activation act, bool use_bias)
     throw Error("Dense: input_dim and output_dim must be >= 1, got " + std::to_string(input_dim) +
                 " and " + std::to_string(output_dim));
   }
+  detail::checked_int((static_cast<long long>(input_dim) + (use_bias ? 1 : 0)) * output_dim,
+                      "Dense(" + std::to_string(input_dim) + ", " + std::to_string(output_dim) +
+                          ")",
+                      use_bias ? "the parameter count (w and b)" : "the parameter count");
 }
 
 std::vector<ParamShape> Dense::param_shapes() const {

@@ -1,5 +1,6 @@
 // The parameter-free activation layer, ScaleAndShift and Bias.
 #include "activation_math.h"
+#include "checked_size.h"
 #include "hkfac/error.h"
 #include "hkfac/kfac/layers.h"
 
@@ -35,6 +36,8 @@ ScaleAndShift::ScaleAndShift(int dim, bool has_scale, bool has_shift)
   if (!has_scale && !has_shift) {
     throw Error("ScaleAndShift: at least one of has_scale and has_shift must be true");
   }
+  detail::checked_int(static_cast<long long>(dim) * ((has_scale ? 1 : 0) + (has_shift ? 1 : 0)),
+                      "ScaleAndShift(" + std::to_string(dim) + ")", "the parameter count");
 }
 
 std::vector<ParamShape> ScaleAndShift::param_shapes() const {

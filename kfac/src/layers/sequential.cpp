@@ -1,6 +1,8 @@
 // Sequential: the layer library's Model.
 #include <iterator>
+#include <new>
 
+#include "checked_size.h"
 #include "hkfac/error.h"
 #include "hkfac/kfac/layers.h"
 
@@ -17,21 +19,41 @@ void Sequential::append(std::unique_ptr<Layer> layer) {
     throw Error("Sequential::append: 'layer' is null");
   Stage stage;
   stage.first_param = static_cast<int>(shapes_.size());
-  output_dim_ = layer->output_dim(output_dim_);
-  for (const ParamShape &s : layer->param_shapes())
-    shapes_.push_back(s);
-  if (std::optional<LayerTag> t = layer->tag()) {
+  const std::string where =
+      "Sequential::append: layer " + std::to_string(layers_.size()) + " (" + layer->kind() + ")";
+  const int output_dim = layer->output_dim(output_dim_);
+  // The library's layers check their sizes when built; a user's layer is checked here.
+  std::vector<ParamShape> shapes = layer->param_shapes();
+  for (const ParamShape &s : shapes) {
+    if (s.rows < 0 || s.cols < 0) {
+      throw Error(where + ": parameter '" + s.name + "' has a negative extent (" +
+                  std::to_string(s.rows) + " x " + std::to_string(s.cols) + ")");
+    }
+    detail::checked_int(static_cast<long long>(s.rows) * s.cols, where,
+                        "the size of parameter '" + s.name + "'");
+  }
+  std::optional<LayerTag> t = layer->tag();
+  if (t) {
+    long long count = 0;
+    for (int p : t->params) {
+      if (p < 0 || p >= static_cast<int>(shapes.size()))
+        throw Error(where + ": its tag names parameter " + std::to_string(p) + ", which it lacks");
+      count += static_cast<long long>(shapes[p].rows) * shapes[p].cols;
+    }
+    // A generic tag's block is as wide as the tagged parameters together.
+    if (t->kind == TagKind::generic)
+      t->output_dim = detail::checked_int(count, where, "the tagged parameter count");
+  }
+  output_dim_ = output_dim;
+  for (ParamShape &s : shapes)
+    shapes_.push_back(std::move(s));
+  if (t) {
     int count = 0;
     for (const LayerTag &other : tags_)
       count += other.kind == t->kind ? 1 : 0;
     t->name = std::string(tag_kind_name(t->kind)) + "_" + std::to_string(count);
     for (int &p : t->params)
       p += stage.first_param;
-    if (t->kind == TagKind::generic) {
-      t->output_dim = 0;
-      for (int p : t->params)
-        t->output_dim += shapes_[p].rows * shapes_[p].cols;
-    }
     stage.tag = static_cast<int>(tags_.size());
     tags_.push_back(*t);
     records_.emplace_back();
@@ -45,10 +67,26 @@ void Sequential::append(std::unique_ptr<Layer> layer) {
 
 Params Sequential::init_params(std::mt19937 &rng) const {
   Params p;
-  for (const ParamShape &s : shapes_)
-    p.push_back(Matrix::Zero(s.rows, s.cols));
-  for (const Stage &st : layers_)
-    st.layer->initialize(p.data() + st.first_param, rng);
+  p.reserve(shapes_.size());
+  for (size_t l = 0; l < layers_.size(); ++l) {
+    const Stage &st = layers_[l];
+    const size_t end =
+        l + 1 < layers_.size() ? static_cast<size_t>(layers_[l + 1].first_param) : shapes_.size();
+    // Sizes that fit in int can still exceed memory; say which layer rather than a bare
+    // std::bad_alloc.
+    try {
+      for (size_t i = st.first_param; i < end; ++i)
+        p.push_back(Matrix::Zero(shapes_[i].rows, shapes_[i].cols));
+      st.layer->initialize(p.data() + st.first_param, rng);
+    } catch (const std::bad_alloc &) {
+      long long floats = 0;
+      for (size_t i = st.first_param; i < end; ++i)
+        floats += static_cast<long long>(shapes_[i].rows) * shapes_[i].cols;
+      throw Error("Sequential::init_params: out of memory for layer " + std::to_string(l) + " (" +
+                  st.layer->kind() + "), whose parameters are " + std::to_string(floats) +
+                  " floats (" + std::to_string(4 * floats) + " bytes)");
+    }
+  }
   return p;
 }
 

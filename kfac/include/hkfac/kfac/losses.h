@@ -56,7 +56,13 @@ public:
   }
 
 protected:
+  // The shape check, then (for targets other than the registered ones, which the derived
+  // constructor checks) check_target_values.
   void check_targets(const Matrix &targets, const char *what) const;
+  // The range a loss's targets must lie in; an hkfac::Error naming `what`, the loss, the value and
+  // its row and column. Non-finite values pass: they make the loss non-finite, and the optimizer
+  // rejects such a batch rather than throwing.
+  virtual void check_target_values(const Matrix &, const char *) const {}
   void check_vector(const Matrix &v, Eigen::Index cols, const char *what) const;
 
   Matrix inputs_;
@@ -83,7 +89,8 @@ private:
   float variance_;
 };
 
-// Softmax cross-entropy on logits; targets are class probabilities per row (one-hot labels).
+// Softmax cross-entropy on logits; targets are class probabilities per row (one-hot labels, or
+// soft labels): each in [0, 1], each row summing to 1 within kRowSumTolerance.
 // Fisher = w·(diag p - p pᵀ), square root w^½·(diag √p - p √pᵀ).
 class CategoricalLogitsNegativeLogProbLoss : public LossFunction {
 public:
@@ -95,6 +102,12 @@ public:
   Matrix sample(std::mt19937 &rng) const override;
   Matrix multiply_fisher(const Matrix &v) const override;
   Matrix multiply_fisher_factor(const Matrix &v) const override;
+
+  // Loose enough for float probabilities of thousands of classes summed in any order.
+  static constexpr double kRowSumTolerance = 1e-3;
+
+protected:
+  void check_target_values(const Matrix &targets, const char *what) const override;
 };
 
 // Independent Bernoulli per output (sigmoid cross-entropy on logits); targets in [0, 1].
@@ -109,6 +122,9 @@ public:
   Matrix sample(std::mt19937 &rng) const override;
   Matrix multiply_fisher(const Matrix &v) const override;
   Matrix multiply_fisher_factor(const Matrix &v) const override;
+
+protected:
+  void check_target_values(const Matrix &targets, const char *what) const override;
 };
 
 // The losses a value function registers on the model's outputs (kfac_ferminet_alpha's
