@@ -2,7 +2,7 @@
 //
 // Layout (every integer little-endian; strings are a u32 length and that many bytes; a matrix is
 // a string name, u32 rows, u32 cols and rows·cols floats in row-major order):
-//   "HKFACCKP", u32 version, string estimation mode,
+//   "HKFACCKP", u32 version, string estimation mode, string caller's metadata,
 //   u64 step, u8 burned_in, u8 force_inverse_update, f64 damping, f64 damping_boost,
 //   u64 rejected_steps, u64 inverse_failures, u64 inverse_updates, u64 curvature_updates,
 //   u64 consecutive non-finite batches,
@@ -12,11 +12,11 @@
 //   u32 matrix count + matrices (CurvatureBlock::state's, in its order),
 //   u64 64-bit FNV-1a of every byte before it,
 // and nothing after. The checksum catches damage the field checks cannot see (a flipped bit in a
-// float, a generator state or a flag); it is verified before any field is read. Version 1 files,
-// the same but without the checksum, still load. The reader checks every count and extent
-// against this optimizer before it allocates, so a damaged or hostile file costs no more memory
-// than a good one. The writer refuses what the reader would (non-finite values), so every file
-// it writes loads.
+// float, a generator state or a flag); it is verified before any field is read. Version 2 files,
+// the same without the metadata, and version 1 files, without the checksum too, still load. The
+// reader checks every count and extent against this optimizer before it allocates, so a damaged or
+// hostile file costs no more memory than a good one. The writer refuses what the reader would
+// (non-finite values), so every file it writes loads.
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
@@ -32,7 +32,8 @@ namespace hkfac::kfac {
 namespace {
 
 constexpr char kMagic[8] = {'H', 'K', 'F', 'A', 'C', 'C', 'K', 'P'};
-constexpr uint32_t kVersion = 2;
+constexpr uint32_t kVersion = 3;
+constexpr uint32_t kVersionWithoutMetadata = 2;
 constexpr uint32_t kVersionWithoutChecksum = 1;
 constexpr uint32_t kMaxString = 1u << 20; // the generators' text form is ~7 KB
 
@@ -184,9 +185,78 @@ struct BlockState {
   std::vector<Matrix> matrices;
 };
 
+// A checkpoint file read whole (at most `max_bytes`), its signature, version and checksum
+// verified before any field is read.
+struct VerifiedFile {
+  std::vector<uint8_t> bytes;
+  uint32_t version = 0;
+  size_t header = 0, content = 0;
+};
+
+VerifiedFile read_verified(const std::string &path, size_t max_bytes) {
+  VerifiedFile f;
+  size_t total = 0;
+  f.bytes = detail::read_file_prefix(path, max_bytes + 1, &total);
+  Reader r(path, f.bytes);
+  if (total > max_bytes) {
+    r.fail("the file has " + std::to_string(total) + " bytes, more than this optimizer's " +
+           "checkpoint can have (" + std::to_string(max_bytes) + ")");
+  }
+  const uint8_t *magic = r.take(sizeof kMagic, "signature");
+  if (!std::equal(magic, magic + sizeof kMagic, kMagic))
+    r.fail("signature: not an hkfac optimizer checkpoint (expected \"HKFACCKP\")");
+  f.version = r.u32("version");
+  if (f.version < kVersionWithoutChecksum || f.version > kVersion) {
+    r.fail("version: expected " + std::to_string(kVersion) + " (or an earlier one from " +
+           std::to_string(kVersionWithoutChecksum) + "), found " + std::to_string(f.version));
+  }
+  f.header = r.position();
+  f.content = f.bytes.size();
+  if (f.version != kVersionWithoutChecksum) {
+    if (r.remaining() < 8)
+      r.fail("truncated: no room for the checksum after the header");
+    f.content -= 8;
+    const uint64_t recorded = detail::load_le64(f.bytes.data() + f.content);
+    const uint64_t computed = fnv1a(f.bytes.data(), f.content);
+    if (recorded != computed) {
+      throw Error("checkpoint '" + path + "': the content is corrupted or truncated: its " +
+                  "FNV-1a checksum is " + hex(computed) + ", the file records " + hex(recorded));
+    }
+  }
+  return f;
+}
+
+// A reader over the fields after the version, ending where the checksum starts.
+Reader fields_of(const std::string &path, const VerifiedFile &f) {
+  Reader r(path, f.bytes.data(), f.content);
+  r.take(f.header, "header");
+  return r;
+}
+
 } // namespace
 
-void Optimizer::save_checkpoint(const std::string &path, const Params &params) const {
+size_t Optimizer::checkpoint_size_limit() const {
+  size_t max_bytes = 1u << 22;
+  for (const ParamShape &s : model_.param_shapes())
+    max_bytes += 2 * (4 * static_cast<size_t>(s.rows) * s.cols + 1024);
+  for (const auto &b : estimator_.blocks()) {
+    for (const auto &m : std::as_const(*b).state().matrices)
+      max_bytes += 4 * static_cast<size_t>(m.rows) * m.cols + 1024;
+  }
+  return max_bytes + 2 * kMaxString; // the metadata and the estimation mode
+}
+
+std::string Optimizer::checkpoint_metadata(const std::string &path) const {
+  if (path.empty())
+    throw Error("Optimizer::checkpoint_metadata: 'path' is empty");
+  const VerifiedFile f = read_verified(path, checkpoint_size_limit());
+  Reader r = fields_of(path, f);
+  r.string("estimation mode");
+  return f.version > kVersionWithoutMetadata ? r.string("metadata") : std::string();
+}
+
+void Optimizer::save_checkpoint(const std::string &path, const Params &params,
+                                const std::string &metadata) const {
   // Up front: write_file_atomically would otherwise fail renaming ".tmp.N" onto "".
   if (path.empty())
     throw Error("Optimizer::save_checkpoint: 'path' is empty");
@@ -196,6 +266,11 @@ void Optimizer::save_checkpoint(const std::string &path, const Params &params) c
   out.assign(kMagic, kMagic + sizeof kMagic);
   detail::append_le32(out, kVersion);
   append_string(out, estimation_mode_name(options_.estimation_mode));
+  if (metadata.size() > kMaxString) {
+    throw Error("Optimizer::save_checkpoint '" + path + "': metadata of " +
+                std::to_string(metadata.size()) + " bytes exceeds " + std::to_string(kMaxString));
+  }
+  append_string(out, metadata);
   detail::append_le64(out, static_cast<uint64_t>(step_));
   out.push_back(burned_in_ ? 1 : 0);
   out.push_back(force_inverse_update_ ? 1 : 0);
@@ -239,50 +314,15 @@ void Optimizer::save_checkpoint(const std::string &path, const Params &params) c
 void Optimizer::load_checkpoint(const std::string &path, Params &params) {
   if (path.empty())
     throw Error("Optimizer::load_checkpoint: 'path' is empty");
-  // The largest file this optimizer can have written, so a huge file is refused unread.
   const std::vector<ParamShape> shapes = model_.param_shapes();
-  size_t max_bytes = 1u << 22;
-  for (const ParamShape &s : shapes)
-    max_bytes += 2 * (4 * static_cast<size_t>(s.rows) * s.cols + 1024);
   std::vector<CurvatureBlock::State> live;
-  for (size_t i = 0; i < estimator_.blocks().size(); ++i) {
+  for (size_t i = 0; i < estimator_.blocks().size(); ++i)
     live.push_back(estimator_.block(i).state());
-    for (const auto &m : live.back().matrices)
-      max_bytes += 4 * static_cast<size_t>(m.rows) * m.cols + 1024;
-  }
-  size_t total = 0;
-  const std::vector<uint8_t> bytes = detail::read_file_prefix(path, max_bytes + 1, &total);
-  Reader r(path, bytes);
-  if (total > max_bytes) {
-    r.fail("the file has " + std::to_string(total) + " bytes, more than this optimizer's " +
-           "checkpoint can have (" + std::to_string(max_bytes) + ")");
-  }
-  const uint8_t *magic = r.take(sizeof kMagic, "signature");
-  if (!std::equal(magic, magic + sizeof kMagic, kMagic))
-    r.fail("signature: not an hkfac optimizer checkpoint (expected \"HKFACCKP\")");
-  const uint32_t version = r.u32("version");
-  if (version != kVersion && version != kVersionWithoutChecksum) {
-    r.fail("version: expected " + std::to_string(kVersion) + " (or " +
-           std::to_string(kVersionWithoutChecksum) + ", without a checksum), found " +
-           std::to_string(version));
-  }
-  const size_t header = r.position();
-  size_t content = bytes.size();
-  if (version == kVersion) {
-    if (r.remaining() < 8)
-      r.fail("truncated: no room for the checksum after the header");
-    content -= 8;
-    const uint64_t recorded = detail::load_le64(bytes.data() + content);
-    const uint64_t computed = fnv1a(bytes.data(), content);
-    if (recorded != computed) {
-      throw Error("checkpoint '" + path + "': the content is corrupted or truncated: its " +
-                  "FNV-1a checksum is " + hex(computed) + ", the file records " + hex(recorded));
-    }
-  }
-  // The fields end where the checksum starts.
-  r = Reader(path, bytes.data(), content);
-  r.take(header, "header");
+  const VerifiedFile f = read_verified(path, checkpoint_size_limit());
+  Reader r = fields_of(path, f);
   r.expect_string("estimation mode", estimation_mode_name(options_.estimation_mode));
+  if (f.version > kVersionWithoutMetadata)
+    r.string("metadata"); // the caller's (checkpoint_metadata)
   const uint64_t step = r.u64("step");
   const bool burned_in = r.flag("burned_in");
   const bool force_inverse = r.flag("force_inverse_update");

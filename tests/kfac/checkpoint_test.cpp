@@ -268,13 +268,14 @@ TEST(kfacCheckpoint, DamagedFilesAreRefusedAndChangeNothing) {
   bad[0] = 'X';
   expect_refused(bad, "signature");
   bad = good;
-  bad[8] = 3; // version
-  expect_refused(bad, "version: expected 2 (or 1, without a checksum), found 3");
+  bad[8] = 4; // version
+  expect_refused(bad, "version: expected 3 (or an earlier one from 1), found 4");
 
-  // The generator's text (at the layout's fixed offset after the 16-letter estimation mode)
+  // The generator's text (at the layout's fixed offset after the 16-letter estimation mode and
+  // the empty metadata)
   // with a stray letter after its last number: the number would parse, the state would be wrong.
   bad = good;
-  const size_t rng_at = 8 + 4 + (4 + 16) + 8 + 2 + 2 * 8 + 5 * 8;
+  const size_t rng_at = 8 + 4 + (4 + 16) + 4 + 8 + 2 + 2 * 8 + 5 * 8;
   const uint32_t rng_len = detail::load_le32(&bad[rng_at]);
   ASSERT_LT(rng_at + 4 + rng_len, bad.size());
   bad[rng_at + 4 + rng_len - 1] = 'x';
@@ -313,12 +314,12 @@ TEST(kfacCheckpoint, ChecksumRefusesDamageTheFieldChecksAccept) {
   Saved saved;
   const std::string path = temp_path("plausible");
   const std::vector<uint8_t> &good = saved.bytes;
-  const size_t rng_text = 8 + 4 + (4 + 16) + 8 + 2 + 2 * 8 + 5 * 8 + 4;
+  const size_t rng_text = 8 + 4 + (4 + 16) + 4 + 8 + 2 + 2 * 8 + 5 * 8 + 4;
   const size_t have_inverse = after_string(good, "dense_0") + 8; // after the ema weight
   ASSERT_EQ(good[have_inverse], 1);
   const std::vector<std::pair<const char *, size_t>> damage = {
-      {"burned_in", 40},
-      {"force_inverse_update", 41},
+      {"burned_in", 44},
+      {"force_inverse_update", 45},
       {"rng", rng_text},
       {"have_inverse", have_inverse},
       {"params[0]", after_string(good, "layer0/w") + 8},
@@ -343,27 +344,85 @@ TEST(kfacCheckpoint, ChecksumRefusesDamageTheFieldChecksAccept) {
 }
 
 // Version 1 files, the same layout without the checksum, still load.
-TEST(kfacCheckpoint, VersionOneWithoutChecksumStillLoads) {
+// The file of an earlier format version: version 2 without the metadata field (an empty one
+// is its 4-byte length after the 16-letter estimation mode), version 1 without the checksum too.
+std::vector<uint8_t> as_version(const std::vector<uint8_t> &v3, uint32_t version) {
+  constexpr size_t kMetadataAt = 8 + 4 + (4 + 16);
+  EXPECT_EQ(detail::load_le32(&v3[8]), 3u);
+  EXPECT_EQ(detail::load_le32(&v3[kMetadataAt]), 0u);
+  std::vector<uint8_t> old = v3;
+  old.erase(old.begin() + kMetadataAt, old.begin() + kMetadataAt + 4);
+  detail::store_le32(&old[8], version);
+  if (version == 1)
+    old.resize(old.size() - 8);
+  else
+    reseal(old);
+  return old;
+}
+
+TEST(kfacCheckpoint, EarlierFormatVersionsStillLoad) {
   Saved saved;
-  const std::string path = temp_path("version1");
-  std::vector<uint8_t> v1(saved.bytes.begin(), saved.bytes.end() - 8);
-  ASSERT_EQ(detail::load_le32(&v1[8]), 2u);
-  detail::store_le32(&v1[8], 1);
-  write_bytes(path, v1);
-  Net a(9), b(9);
-  Optimizer from_v1(a.model, Net::value, options(false)),
-      from_v2(b.model, Net::value, options(false));
-  from_v1.load_checkpoint(path, a.params);
-  from_v2.load_checkpoint(saved.path, b.params);
-  EXPECT_EQ(from_v1.step_count(), 4);
-  EXPECT_TRUE(same(a.params, b.params));
-  EXPECT_TRUE(same(from_v1.velocity(), from_v2.velocity()));
+  const std::string path = temp_path("earlier");
+  Net current(9);
+  Optimizer from_current(current.model, Net::value, options(false));
+  from_current.load_checkpoint(saved.path, current.params);
+  for (uint32_t version : {1u, 2u}) {
+    write_bytes(path, as_version(saved.bytes, version));
+    Net n(9);
+    Optimizer opt(n.model, Net::value, options(false));
+    EXPECT_EQ(opt.checkpoint_metadata(path), "") << "version " << version;
+    opt.load_checkpoint(path, n.params);
+    EXPECT_EQ(opt.step_count(), 4) << "version " << version;
+    EXPECT_TRUE(same(n.params, current.params)) << "version " << version;
+    EXPECT_TRUE(same(opt.velocity(), from_current.velocity())) << "version " << version;
+  }
   // The version-1 reader expects nothing after the last block: a checksum there is refused.
-  std::vector<uint8_t> mislabelled = saved.bytes;
+  std::vector<uint8_t> mislabelled = as_version(saved.bytes, 2);
   detail::store_le32(&mislabelled[8], 1);
   write_bytes(path, mislabelled);
-  EXPECT_NE(load_error(from_v1, path, a.params).find("8 unexpected bytes"), std::string::npos);
+  Net n(9);
+  Optimizer opt(n.model, Net::value, options(false));
+  EXPECT_NE(load_error(opt, path, n.params).find("8 unexpected bytes"), std::string::npos);
   std::remove(path.c_str());
+}
+
+// The caller's metadata comes back as saved, covered by the checksum, and is no part of what
+// load_checkpoint restores.
+TEST(kfacCheckpoint, MetadataIsReturnedAsSavedAndChecksummed) {
+  const std::vector<Batch> data = batches(8, 7);
+  const std::string plain = temp_path("plain"), tagged = temp_path("tagged");
+  Net n(1);
+  Optimizer opt(n.model, Net::value, options(false));
+  size_t next = 0;
+  for (int s = 0; s < 3; ++s)
+    opt.step(n.params, replay(data, next));
+  const std::string metadata = std::string("batch_size=128\nseed=3\n") + '\0' + "binary ok";
+  opt.save_checkpoint(plain, n.params);
+  opt.save_checkpoint(tagged, n.params, metadata);
+  EXPECT_EQ(opt.checkpoint_metadata(plain), "");
+  EXPECT_EQ(opt.checkpoint_metadata(tagged), metadata);
+  Net a(2), b(2);
+  Optimizer from_plain(a.model, Net::value, options(false)),
+      from_tagged(b.model, Net::value, options(false));
+  from_plain.load_checkpoint(plain, a.params);
+  from_tagged.load_checkpoint(tagged, b.params);
+  EXPECT_TRUE(same(a.params, b.params));
+  size_t na = next, nb = next;
+  EXPECT_EQ(from_plain.step(a.params, replay(data, na)).loss,
+            from_tagged.step(b.params, replay(data, nb)).loss);
+
+  std::vector<uint8_t> bytes = read_bytes(tagged);
+  bytes[after_string(bytes, "fisher_gradients") + 4] ^= 1; // the metadata's first byte
+  write_bytes(tagged, bytes);
+  try {
+    opt.checkpoint_metadata(tagged);
+    ADD_FAILURE() << "damaged metadata was returned";
+  } catch (const Error &e) {
+    EXPECT_NE(std::string(e.what()).find("the content is corrupted"), std::string::npos)
+        << e.what();
+  }
+  std::remove(plain.c_str());
+  std::remove(tagged.c_str());
 }
 
 // save_checkpoint refuses state load_checkpoint would refuse, naming the field, and writes

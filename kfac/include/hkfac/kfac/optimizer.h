@@ -217,12 +217,21 @@ public:
   // host). An optimizer built with the same model structure and options that loads the file
   // takes bit-identical steps on the same batches (on the same host and thread count). The value
   // function's own state (value_func_has_state) and the data position are the caller's to keep.
-  void save_checkpoint(const std::string &path, const Params &params) const;
+  // The file ends in a checksum that load_checkpoint verifies, and save refuses state that load
+  // would refuse (non-finite values), writing nothing.
+  // `metadata` is the caller's, stored with the state and covered by the checksum: e.g. the
+  // settings a run was started with (options, batch size, data), which the optimizer cannot
+  // check for itself, for the caller to compare before it resumes (checkpoint_metadata).
+  void save_checkpoint(const std::string &path, const Params &params,
+                       const std::string &metadata = {}) const;
   // Restores a checkpoint into this optimizer and `params`. Everything is checked against this
-  // optimizer before anything changes — format, version, estimation mode, block types, tags and
-  // every extent — and a mismatch is an hkfac::Error naming the field, what was expected and
-  // what the file holds; on error neither the optimizer nor `params` is modified.
+  // optimizer before anything changes — format, version, checksum, estimation mode, block types,
+  // tags and every extent — and a mismatch is an hkfac::Error naming the field, what was
+  // expected and what the file holds; on error neither the optimizer nor `params` is modified.
   void load_checkpoint(const std::string &path, Params &params);
+  // The metadata a checkpoint was saved with (empty for files of format versions before 3), after
+  // the same size and checksum checks as load_checkpoint; changes nothing.
+  std::string checkpoint_metadata(const std::string &path) const;
 
   // The objective's value (and gradient) at `params` on `batch`, as the optimizer sees it.
   double evaluate(const Params &params, const Batch &batch,
@@ -246,6 +255,8 @@ private:
   bool uses_curvature_subset(const Batch &batch) const;
   Batch curvature_subset(const Batch &batch) const;
   void burn_in(const Params &params, const std::function<Batch()> &next_batch);
+  // The most bytes a checkpoint of this optimizer can have, so a larger file is refused unread.
+  size_t checkpoint_size_limit() const;
   // Throws unless `params` fit the model; errors start with `what`.
   void check_params(const Params &params, const char *what = "Optimizer::step") const;
 
