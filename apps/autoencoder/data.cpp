@@ -13,11 +13,24 @@ Dataset Dataset::load(const std::string &kind, const std::string &mnist_dir, uns
   Dataset d;
   d.rng_.seed(seed);
   if (kind == "random") {
+    if (random_examples < 1) {
+      throw hkfac::Error("random data: need at least 1 example, got " +
+                         std::to_string(random_examples));
+    }
     std::uniform_real_distribution<float> u(0.0f, 1.0f);
     d.examples_ =
         hkfac::kfac::Matrix::NullaryExpr(random_examples, 20, [&]() { return u(d.rng_); });
   } else if (kind == "fashion_mnist") {
-    d.examples_ = hkfac::apps::read_idx_images(mnist_dir + "/train-images-idx3-ubyte.gz");
+    const std::string path = mnist_dir + "/train-images-idx3-ubyte.gz";
+    d.examples_ = hkfac::apps::read_idx_images(path);
+    // Batches are drawn from the pool, and the model is built for 28x28 images.
+    if (d.examples_.rows() == 0)
+      throw hkfac::Error("fashion_mnist: '" + path + "' holds no images");
+    if (d.examples_.cols() != kFashionMnistPixels) {
+      throw hkfac::Error("fashion_mnist: '" + path + "' holds images of " +
+                         std::to_string(d.examples_.cols()) +
+                         " pixels, expected 28x28 = " + std::to_string(kFashionMnistPixels));
+    }
   } else {
     throw hkfac::Error("--data must be random or fashion_mnist, got '" + kind + "'");
   }

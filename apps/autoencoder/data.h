@@ -8,12 +8,15 @@
 
 namespace autoencoder {
 
+constexpr int kFashionMnistPixels = 28 * 28;
+
 // A fixed pool of examples, served as shuffled mini-batches whose targets are the inputs.
 class Dataset {
 public:
   // "random": `random_examples` vectors of 20 uniform values in [0, 1];
   // "fashion_mnist": the 60000 training images (784 pixels scaled to [0, 1]) read from
-  // `mnist_dir`. Throws hkfac::Error naming the file when it cannot be read.
+  // `mnist_dir`. Throws hkfac::Error naming the file when it cannot be read, holds no images or
+  // images of another size.
   static Dataset load(const std::string &kind, const std::string &mnist_dir, unsigned seed,
                       int random_examples = 10000);
 

@@ -8,8 +8,9 @@
 #include <cstdint>
 #include <cstdio>
 #include <cstdlib>
-#include <fstream>
+#include <sstream>
 
+#include "cli.h"
 #include "hkfac/error.h"
 
 namespace autoencoder {
@@ -253,12 +254,11 @@ void chunk(std::vector<uint8_t> &png, const char *type, const std::vector<uint8_
 } // namespace
 
 void write_csv(const std::string &path, const std::vector<LossPoint> &points) {
-  std::ofstream out(path);
-  if (!out)
-    throw hkfac::Error("write_csv: cannot write '" + path + "'");
+  std::ostringstream out;
   out << "step,seconds,loss\n";
   for (const LossPoint &p : points)
     out << p.step << "," << p.seconds << "," << p.loss << "\n";
+  hkfac::apps::write_file_checked(path, out.str());
 }
 
 std::vector<uint8_t> render_plot(const std::vector<LossPoint> &points, const std::string &title) {
@@ -352,10 +352,7 @@ void write_png(const std::string &path, const std::vector<LossPoint> &points,
   chunk(png, "tEXt", text);
   chunk(png, "IDAT", z);
   chunk(png, "IEND", {});
-  std::ofstream out(path, std::ios::binary);
-  if (!out)
-    throw hkfac::Error("write_png: cannot write '" + path + "'");
-  out.write(reinterpret_cast<const char *>(png.data()), static_cast<std::streamsize>(png.size()));
+  hkfac::apps::write_file_checked(path, std::string(png.begin(), png.end()), /*binary=*/true);
 }
 
 } // namespace autoencoder

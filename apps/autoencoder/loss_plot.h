@@ -13,13 +13,15 @@ struct LossPoint {
   double loss;
 };
 
-// Writes "step,seconds,loss" rows. Throws hkfac::Error naming the path on failure.
+// Writes "step,seconds,loss" rows. Throws hkfac::Error naming the path and the reason when the
+// file cannot be written in full.
 void write_csv(const std::string &path, const std::vector<LossPoint> &points);
 
 constexpr int kPlotWidth = 640, kPlotHeight = 400;
 
 // Plots loss (log scale) against step as a kPlotWidth x kPlotHeight PNG with tick labels, axis
-// titles and `title` drawn in a built-in 5x7 bitmap font. Throws hkfac::Error on failure.
+// titles and `title` drawn in a built-in 5x7 bitmap font. Throws hkfac::Error on failure, as
+// write_csv.
 void write_png(const std::string &path, const std::vector<LossPoint> &points,
                const std::string &title);
 

@@ -5,18 +5,20 @@
 // (784 pixels) a sigmoid cross-entropy. All optimizers run the same model on the same kernels, so
 // their curves compare fairly. Writes the loss curve as CSV and PNG.
 #include <absl/flags/flag.h>
-#include <absl/flags/parse.h>
-#include <absl/flags/usage.h>
-#include <absl/flags/usage_config.h>
 
 #include <algorithm>
 #include <chrono>
 #include <cmath>
 #include <cstdio>
 #include <random>
+#include <sstream>
+#include <utility>
+#include <vector>
 
 #include "adam.h"
+#include "cli.h"
 #include "data.h"
+#include "flags.h"
 #include "hkfac/allocator.h"
 #include "hkfac/error.h"
 #include "hkfac/kfac/layers.h"
@@ -44,9 +46,10 @@ ABSL_FLAG(bool, use_adaptive_momentum, false,
           "K-FAC: momentum from the quadratic model too (needs --use_adaptive_learning_rate; "
           "--momentum is ignored)");
 ABSL_FLAG(int, curvature_update_period, 1, "K-FAC: steps between curvature (factor) updates");
-ABSL_FLAG(double, norm_constraint, 0.0, "K-FAC: bound on lr^2 <u, g> (0 = no constraint)");
+ABSL_FLAG(double, norm_constraint, 0.0, "K-FAC: bound (> 0) on lr^2 <u, g> (0 = no constraint)");
 ABSL_FLAG(int, curvature_batch_size, 0,
-          "K-FAC: examples of each batch the curvature is estimated on (0 = all)");
+          "K-FAC: examples of each batch the curvature is estimated on, at most --batch_size "
+          "(0 = all)");
 ABSL_FLAG(int, inverse_update_period, 5, "K-FAC: steps between factor inverse updates");
 ABSL_FLAG(double, min_damping, 1e-8, "K-FAC: lower bound of adaptive damping");
 ABSL_FLAG(double, curvature_ema, 0.95,
@@ -72,6 +75,8 @@ ABSL_FLAG(std::string, eval_csv, "autoencoder_eval.csv",
 
 namespace {
 
+using hkfac::apps::finite_float;
+using hkfac::apps::require_flag;
 using hkfac::kfac::Activation;
 using hkfac::kfac::Matrix;
 using hkfac::kfac::Params;
@@ -144,31 +149,102 @@ double loss_and_gradient(hkfac::kfac::Sequential &model, const hkfac::kfac::Valu
   return losses.total_values().mean() + 0.5 * l2 * hkfac::kfac::squared_norm(params);
 }
 
-int run() {
-  if (absl::GetFlag(FLAGS_multi_device)) {
-    throw hkfac::Error("--multi_device=true is not supported by this build (single device)");
-  }
+// Checks every flag, the unselected optimizer's too, and that the outputs can be written, before
+// any data is read or training starts; errors name the flag.
+void check_flags() {
+  require_flag(!absl::GetFlag(FLAGS_multi_device), "--multi_device", "true",
+               "false: this build trains on a single device");
   const int steps = absl::GetFlag(FLAGS_training_steps);
   const int batch_size = absl::GetFlag(FLAGS_batch_size);
+  require_flag(steps >= 1, "--training_steps", steps, ">= 1");
+  require_flag(batch_size >= 1, "--batch_size", batch_size, ">= 1");
+  const std::string which = absl::GetFlag(FLAGS_optimizer), data = absl::GetFlag(FLAGS_data);
+  require_flag(which == "kfac" || which == "adam" || which == "sgd", "--optimizer", which,
+               "kfac, adam or sgd");
+  require_flag(data == "random" || data == "fashion_mnist", "--data", data,
+               "random or fashion_mnist");
   const double lr = absl::GetFlag(FLAGS_learning_rate), l2 = absl::GetFlag(FLAGS_l2_reg);
-  const double momentum = absl::GetFlag(FLAGS_momentum), damping = absl::GetFlag(FLAGS_damping);
-  const std::string which = absl::GetFlag(FLAGS_optimizer);
-  const unsigned seed = static_cast<unsigned>(absl::GetFlag(FLAGS_seed));
-  if (steps < 1 || batch_size < 1) {
-    throw hkfac::Error("--training_steps and --batch_size must be >= 1");
+  require_flag(finite_float(lr) && lr > 0, "--learning_rate", lr, "finite and > 0");
+  require_flag(finite_float(l2) && l2 >= 0, "--l2_reg", l2, "finite and >= 0");
+  const double momentum = absl::GetFlag(FLAGS_momentum);
+  require_flag(momentum >= 0 && momentum < 1, "--momentum", momentum, "in [0, 1)");
+
+  const double damping = absl::GetFlag(FLAGS_damping);
+  const double min_damping = absl::GetFlag(FLAGS_min_damping);
+  require_flag(finite_float(damping) && damping > 0, "--damping", damping, "finite and > 0");
+  require_flag(finite_float(min_damping) && min_damping >= 0, "--min_damping", min_damping,
+               "finite and >= 0");
+  if (absl::GetFlag(FLAGS_use_adaptive_damping)) {
+    std::ostringstream floor;
+    floor << min_damping;
+    require_flag(damping >= min_damping, "--damping", damping,
+                 ">= --min_damping (" + floor.str() + "): adaptive damping starts from it");
   }
-  if (which != "kfac" && which != "adam" && which != "sgd") {
-    throw hkfac::Error("--optimizer must be kfac, adam or sgd, got '" + which + "'");
+  const double ema = absl::GetFlag(FLAGS_curvature_ema);
+  require_flag(ema >= 0 && ema <= 1, "--curvature_ema", ema, "in [0, 1]");
+  const double norm = absl::GetFlag(FLAGS_norm_constraint);
+  require_flag(finite_float(norm) && norm >= 0, "--norm_constraint", norm,
+               "finite and > 0 (or 0, the default: no constraint)");
+  require_flag(absl::GetFlag(FLAGS_inverse_update_period) >= 1, "--inverse_update_period",
+               absl::GetFlag(FLAGS_inverse_update_period), ">= 1");
+  require_flag(absl::GetFlag(FLAGS_curvature_update_period) >= 1, "--curvature_update_period",
+               absl::GetFlag(FLAGS_curvature_update_period), ">= 1");
+  const int curvature_batch = absl::GetFlag(FLAGS_curvature_batch_size);
+  require_flag(curvature_batch >= 0 && curvature_batch <= batch_size, "--curvature_batch_size",
+               curvature_batch,
+               "in [0, --batch_size = " + std::to_string(batch_size) + "] (0 = the whole batch)");
+  try {
+    hkfac::kfac::parse_estimation_mode(absl::GetFlag(FLAGS_estimation_mode));
+  } catch (const hkfac::Error &e) {
+    throw hkfac::Error(std::string("--") + e.what());
   }
+  require_flag(!absl::GetFlag(FLAGS_use_adaptive_momentum) ||
+                   absl::GetFlag(FLAGS_use_adaptive_learning_rate),
+               "--use_adaptive_momentum", "true", "used with --use_adaptive_learning_rate");
+
   const std::string save_path = absl::GetFlag(FLAGS_save_checkpoint);
   const std::string load_path = absl::GetFlag(FLAGS_load_checkpoint);
   const int checkpoint_every = absl::GetFlag(FLAGS_checkpoint_every);
   if (which != "kfac" && (!save_path.empty() || !load_path.empty())) {
     throw hkfac::Error("--save_checkpoint and --load_checkpoint need --optimizer=kfac");
   }
-  if (checkpoint_every < 0 || (checkpoint_every > 0 && save_path.empty())) {
-    throw hkfac::Error("--checkpoint_every must be >= 0 and needs --save_checkpoint");
-  }
+  require_flag(checkpoint_every >= 0 && (checkpoint_every == 0 || !save_path.empty()),
+               "--checkpoint_every", checkpoint_every, ">= 0, and > 0 only with --save_checkpoint");
+  require_flag(absl::GetFlag(FLAGS_log_every) >= 1, "--log_every", absl::GetFlag(FLAGS_log_every),
+               ">= 1");
+  const double max_seconds = absl::GetFlag(FLAGS_max_seconds);
+  require_flag(std::isfinite(max_seconds) && max_seconds >= 0, "--max_seconds", max_seconds,
+               "finite and >= 0 (0 = no limit)");
+  const double eval_every = absl::GetFlag(FLAGS_eval_every_seconds);
+  require_flag(std::isfinite(eval_every) && eval_every >= 0, "--eval_every_seconds", eval_every,
+               "finite and >= 0 (0 = never)");
+  require_flag(absl::GetFlag(FLAGS_eval_examples) >= 1, "--eval_examples",
+               absl::GetFlag(FLAGS_eval_examples), ">= 1");
+
+  std::vector<std::pair<std::string, std::string>> outputs = {{"--csv", absl::GetFlag(FLAGS_csv)},
+                                                              {"--png", absl::GetFlag(FLAGS_png)}};
+  if (eval_every > 0)
+    outputs.push_back({"--eval_csv", absl::GetFlag(FLAGS_eval_csv)});
+  if (!save_path.empty())
+    outputs.push_back({"--save_checkpoint", save_path});
+  for (const auto &[flag, path] : outputs)
+    hkfac::apps::require_writable_output(flag, path);
+  hkfac::apps::require_distinct_outputs(outputs);
+  if (!load_path.empty())
+    hkfac::apps::require_readable_input("--load_checkpoint", load_path);
+}
+
+int run() {
+  check_flags();
+  const int steps = absl::GetFlag(FLAGS_training_steps);
+  const int batch_size = absl::GetFlag(FLAGS_batch_size);
+  const double lr = absl::GetFlag(FLAGS_learning_rate), l2 = absl::GetFlag(FLAGS_l2_reg);
+  const double momentum = absl::GetFlag(FLAGS_momentum), damping = absl::GetFlag(FLAGS_damping);
+  const std::string which = absl::GetFlag(FLAGS_optimizer);
+  const unsigned seed = static_cast<unsigned>(absl::GetFlag(FLAGS_seed));
+  const std::string save_path = absl::GetFlag(FLAGS_save_checkpoint);
+  const std::string load_path = absl::GetFlag(FLAGS_load_checkpoint);
+  const int checkpoint_every = absl::GetFlag(FLAGS_checkpoint_every);
 
   autoencoder::Dataset data =
       autoencoder::Dataset::load(absl::GetFlag(FLAGS_data), absl::GetFlag(FLAGS_data_dir), seed);
@@ -188,12 +264,9 @@ int run() {
     return std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count() - paused;
   };
   const double max_seconds = absl::GetFlag(FLAGS_max_seconds);
-  const int log_every = std::max(1, absl::GetFlag(FLAGS_log_every));
+  const int log_every = absl::GetFlag(FLAGS_log_every);
   const double eval_every = absl::GetFlag(FLAGS_eval_every_seconds);
   const int eval_examples = absl::GetFlag(FLAGS_eval_examples);
-  if (eval_every < 0 || (eval_every > 0 && eval_examples < 1)) {
-    throw hkfac::Error("--eval_every_seconds must be >= 0 and --eval_examples >= 1");
-  }
   double next_eval = 0.0;
   // After `step` steps: evaluates when the training clock has reached the next multiple of
   // --eval_every_seconds (or when forced, at the end), stopping the clock meanwhile.
@@ -203,11 +276,13 @@ int run() {
     const auto t0 = std::chrono::steady_clock::now();
     const double at = elapsed();
     evals.push_back({step, at, evaluate_objective(model, value, params, data, eval_examples, l2)});
-    while (next_eval <= at)
-      next_eval += eval_every;
+    // The next multiple after `at`, computed rather than stepped to: a tiny period would take
+    // forever to add up (or never, below at's rounding).
+    next_eval = eval_every * (std::floor(at / eval_every) + 1.0);
     paused += std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   };
   evaluate_if_due(0, false);
+  hkfac::apps::stop_on_signals(); // stop at a step boundary, outputs written
 
   if (which == "kfac") {
     hkfac::kfac::OptimizerOptions o;
@@ -275,7 +350,7 @@ int run() {
             st.timings.precondition_s, st.timings.update_s, st.rejected ? "  [rejected]" : "");
       }
       evaluate_if_due(s + 1, false);
-      if (max_seconds > 0 && elapsed() > max_seconds)
+      if ((max_seconds > 0 && elapsed() > max_seconds) || hkfac::apps::stop_signal())
         break;
       if (checkpoint_every > 0 && (s + 1) % checkpoint_every == 0 && s + 1 < first + steps)
         save();
@@ -300,7 +375,7 @@ int run() {
         std::printf("step %4d  loss %.5f  %6.2fs\n", s, loss, elapsed());
       }
       evaluate_if_due(s + 1, false);
-      if (max_seconds > 0 && elapsed() > max_seconds)
+      if ((max_seconds > 0 && elapsed() > max_seconds) || hkfac::apps::stop_signal())
         break;
     }
   }
@@ -320,6 +395,11 @@ int run() {
   std::printf("final loss %.5f after %zu steps, %.2fs; wrote %s and %s\n", curve.back().loss,
               curve.size(), elapsed(), absl::GetFlag(FLAGS_csv).c_str(),
               absl::GetFlag(FLAGS_png).c_str());
+  if (const int sig = hkfac::apps::stop_signal()) {
+    std::fprintf(stderr, "autoencoder: stopped by %s after %zu steps, outputs written\n",
+                 hkfac::apps::signal_name(sig).c_str(), curve.size());
+    return 128 + sig; // the shell's status for death by that signal
+  }
   return 0;
 }
 
@@ -327,18 +407,13 @@ int run() {
 
 int main(int argc, char **argv) {
   hkfac::retain_freed_memory(); // every step allocates and frees the same buffers
-  absl::SetProgramUsageMessage(
+  hkfac::apps::parse_flags(
+      argc, argv, "autoencoder",
       "Trains kfac_ferminet_alpha's deep autoencoder with K-FAC, Adam or SGD; writes a CSV and a "
-      "PNG loss curve.\nExample: autoencoder --data=fashion_mnist --optimizer=kfac "
-      "--norm_constraint=0.001 --max_seconds=60");
-  // --help lists this program's flags (absl's default filter looks for a file named after the
-  // program, and ours is main.cpp).
-  absl::FlagsUsageConfig config;
-  config.contains_help_flags = [](absl::string_view file) {
-    return file.find("autoencoder/main.cpp") != absl::string_view::npos;
-  };
-  absl::SetFlagsUsageConfig(config);
-  absl::ParseCommandLine(argc, argv);
+      "PNG loss curve. SIGINT or SIGTERM stops training after the current step, writes the "
+      "outputs (and --save_checkpoint) and exits with 128 + the signal.\nExample: autoencoder "
+      "--data=fashion_mnist --optimizer=kfac --norm_constraint=0.001 --max_seconds=60",
+      "autoencoder/main.cpp");
   try {
     return run();
   } catch (const std::exception &e) {

@@ -6,18 +6,20 @@
 // The network: three strided 'same' convolutions with ReLU, 28x28x1 -> 14x14x16 -> 7x7x32 ->
 // 4x4x64, then a dense layer to the 10 logits.
 #include <absl/flags/flag.h>
-#include <absl/flags/parse.h>
-#include <absl/flags/usage.h>
-#include <absl/flags/usage_config.h>
 
 #include <algorithm>
+#include <cerrno>
 #include <chrono>
 #include <cmath>
 #include <cstdio>
+#include <cstring>
 #include <fstream>
 #include <random>
+#include <sstream>
 
 #include "adam.h"
+#include "cli.h"
+#include "flags.h"
 #include "hkfac/allocator.h"
 #include "hkfac/error.h"
 #include "hkfac/kfac/layers.h"
@@ -45,12 +47,15 @@ ABSL_FLAG(int, eval_examples, 10000, "Test images evaluated (the first ones)");
 ABSL_FLAG(int, train_examples, 60000, "Training images used (the first ones)");
 ABSL_FLAG(std::string, data_dir, "/usr/share/datasets/fashion-mnist",
           "Directory with the Fashion-MNIST idx files");
-ABSL_FLAG(std::string, csv, "classifier.csv", "Output: step,seconds,test_loss,test_accuracy");
+ABSL_FLAG(std::string, csv, "classifier.csv",
+          "Output, a row per evaluation as it happens: step,seconds,test_loss,test_accuracy");
 ABSL_FLAG(int, seed, 1, "Random seed (initialisation, batches, K-FAC's sampling)");
 ABSL_FLAG(int, log_every, 50, "Print the training loss every this many steps");
 
 namespace {
 
+using hkfac::apps::finite_float;
+using hkfac::apps::require_flag;
 using hkfac::kfac::Activation;
 using hkfac::kfac::Batch;
 using hkfac::kfac::Matrix;
@@ -138,22 +143,69 @@ Evaluation evaluate(hkfac::kfac::Sequential &model, const Params &params, const 
   return e;
 }
 
-int run() {
+std::string images_file(const std::string &dir, const char *split) {
+  return dir + "/" + split + "-images-idx3-ubyte.gz";
+}
+std::string labels_file(const std::string &dir, const char *split) {
+  return dir + "/" + split + "-labels-idx1-ubyte.gz";
+}
+
+// Checks every flag, the unselected optimizer's too, the data files and the CSV's path, before
+// any data is read or the CSV opened; errors name the flag.
+void check_flags() {
   const std::string which = absl::GetFlag(FLAGS_optimizer);
-  if (which != "kfac" && which != "adam")
-    throw hkfac::Error("--optimizer must be kfac or adam, got '" + which + "'");
+  require_flag(which == "kfac" || which == "adam", "--optimizer", which, "kfac or adam");
+  for (const auto &[flag, value] :
+       {std::pair{"--batch_size", absl::GetFlag(FLAGS_batch_size)},
+        {"--training_steps", absl::GetFlag(FLAGS_training_steps)},
+        {"--eval_examples", absl::GetFlag(FLAGS_eval_examples)},
+        {"--train_examples", absl::GetFlag(FLAGS_train_examples)},
+        {"--inverse_update_period", absl::GetFlag(FLAGS_inverse_update_period)},
+        {"--curvature_update_period", absl::GetFlag(FLAGS_curvature_update_period)},
+        {"--log_every", absl::GetFlag(FLAGS_log_every)}}) {
+    require_flag(value >= 1, flag, value, ">= 1");
+  }
+  const double max_seconds = absl::GetFlag(FLAGS_max_seconds);
+  require_flag(std::isfinite(max_seconds) && max_seconds >= 0, "--max_seconds", max_seconds,
+               "finite and >= 0 (0 = no limit)");
+  const double eval_every = absl::GetFlag(FLAGS_eval_every_seconds);
+  require_flag(std::isfinite(eval_every) && eval_every > 0, "--eval_every_seconds", eval_every,
+               "finite and > 0");
+  const double lr = absl::GetFlag(FLAGS_learning_rate), l2 = absl::GetFlag(FLAGS_l2_reg);
+  require_flag(finite_float(lr) && lr > 0, "--learning_rate", lr, "finite and > 0");
+  require_flag(finite_float(l2) && l2 >= 0, "--l2_reg", l2, "finite and >= 0");
+  const double damping = absl::GetFlag(FLAGS_damping);
+  const double min_damping = absl::GetFlag(FLAGS_min_damping);
+  require_flag(finite_float(min_damping) && min_damping >= 0, "--min_damping", min_damping,
+               "finite and >= 0");
+  std::ostringstream floor;
+  floor << min_damping;
+  require_flag(finite_float(damping) && damping > 0 && damping >= min_damping, "--damping", damping,
+               "finite, > 0 and >= --min_damping (" + floor.str() +
+                   "): adaptive damping starts from it");
+  try {
+    hkfac::kfac::parse_estimation_mode(absl::GetFlag(FLAGS_estimation_mode));
+  } catch (const hkfac::Error &e) {
+    throw hkfac::Error(std::string("--") + e.what());
+  }
+  const std::string dir = absl::GetFlag(FLAGS_data_dir);
+  for (const char *split : {"train", "t10k"}) {
+    hkfac::apps::require_readable_input("--data_dir", images_file(dir, split));
+    hkfac::apps::require_readable_input("--data_dir", labels_file(dir, split));
+  }
+  hkfac::apps::require_writable_output("--csv", absl::GetFlag(FLAGS_csv));
+}
+
+int run() {
+  check_flags();
+  const std::string which = absl::GetFlag(FLAGS_optimizer);
   const int batch_size = absl::GetFlag(FLAGS_batch_size);
   const int steps = absl::GetFlag(FLAGS_training_steps);
   const double eval_every = absl::GetFlag(FLAGS_eval_every_seconds);
-  if (batch_size < 1 || steps < 1 || !(eval_every > 0) || absl::GetFlag(FLAGS_eval_examples) < 1 ||
-      absl::GetFlag(FLAGS_train_examples) < 1) {
-    throw hkfac::Error("--batch_size, --training_steps, --eval_every_seconds, --eval_examples "
-                       "and --train_examples must be positive");
-  }
   const std::string dir = absl::GetFlag(FLAGS_data_dir);
-  const Split train(dir + "/train-images-idx3-ubyte.gz", dir + "/train-labels-idx1-ubyte.gz",
+  const Split train(images_file(dir, "train"), labels_file(dir, "train"),
                     absl::GetFlag(FLAGS_train_examples));
-  const Split test(dir + "/t10k-images-idx3-ubyte.gz", dir + "/t10k-labels-idx1-ubyte.gz",
+  const Split test(images_file(dir, "t10k"), labels_file(dir, "t10k"),
                    absl::GetFlag(FLAGS_eval_examples));
   const unsigned seed = static_cast<unsigned>(absl::GetFlag(FLAGS_seed));
   hkfac::kfac::Sequential model = build_classifier();
@@ -176,10 +228,11 @@ int run() {
   auto elapsed = [&]() {
     return std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count() - paused;
   };
-  std::ofstream csv(absl::GetFlag(FLAGS_csv));
+  const std::string csv_path = absl::GetFlag(FLAGS_csv);
+  std::ofstream csv(csv_path);
   if (!csv)
-    throw hkfac::Error("classifier: cannot write '" + absl::GetFlag(FLAGS_csv) + "'");
-  csv << "step,seconds,test_loss,test_accuracy\n";
+    throw hkfac::Error(csv_path + ": cannot open for writing: " + std::strerror(errno));
+  hkfac::apps::append_checked(csv, csv_path, "step,seconds,test_loss,test_accuracy\n");
   double next_eval = 0.0;
   Evaluation last;
   int last_step = -1;
@@ -190,17 +243,23 @@ int run() {
     const auto t0 = std::chrono::steady_clock::now();
     const double at = elapsed();
     last = evaluate(model, params, test);
-    csv << step << ',' << at << ',' << last.loss << ',' << last.accuracy << '\n';
+    std::ostringstream row;
+    row << step << ',' << at << ',' << last.loss << ',' << last.accuracy << '\n';
+    hkfac::apps::append_checked(csv, csv_path, row.str()); // each row as it comes
     std::printf("eval  step %5d  %7.1fs  test loss %.4f  accuracy %.4f\n", step, at, last.loss,
                 last.accuracy);
-    while (next_eval <= at)
-      next_eval += eval_every;
+    // The next multiple after `at`, computed rather than stepped to: a tiny period would take
+    // forever to add up (or never, below at's rounding).
+    next_eval = eval_every * (std::floor(at / eval_every) + 1.0);
     paused += std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   };
   const double max_seconds = absl::GetFlag(FLAGS_max_seconds);
-  const int log_every = std::max(1, absl::GetFlag(FLAGS_log_every));
-  auto done = [&]() { return max_seconds > 0 && elapsed() > max_seconds; };
+  const int log_every = absl::GetFlag(FLAGS_log_every);
+  auto done = [&]() {
+    return (max_seconds > 0 && elapsed() > max_seconds) || hkfac::apps::stop_signal();
+  };
   evaluate_if_due(0, true);
+  hkfac::apps::stop_on_signals(); // stop at a step boundary, the CSV complete
 
   int step = 0;
   if (which == "kfac") {
@@ -245,7 +304,12 @@ int run() {
   }
   evaluate_if_due(step, true);
   std::printf("final test accuracy %.4f (loss %.4f) after %d steps, %.1fs; wrote %s\n",
-              last.accuracy, last.loss, step, elapsed(), absl::GetFlag(FLAGS_csv).c_str());
+              last.accuracy, last.loss, step, elapsed(), csv_path.c_str());
+  if (const int sig = hkfac::apps::stop_signal()) {
+    std::fprintf(stderr, "classifier: stopped by %s after %d steps, %s written\n",
+                 hkfac::apps::signal_name(sig).c_str(), step, csv_path.c_str());
+    return 128 + sig; // the shell's status for death by that signal
+  }
   return 0;
 }
 
@@ -253,15 +317,12 @@ int run() {
 
 int main(int argc, char **argv) {
   hkfac::retain_freed_memory();
-  absl::SetProgramUsageMessage(
+  hkfac::apps::parse_flags(
+      argc, argv, "classifier",
       "Trains a convolutional Fashion-MNIST classifier with K-FAC (KFC) or Adam and reports its "
-      "test accuracy.\nExample: classifier --optimizer=kfac --max_seconds=60");
-  absl::FlagsUsageConfig config;
-  config.contains_help_flags = [](absl::string_view file) {
-    return file.find("classifier/main.cpp") != absl::string_view::npos;
-  };
-  absl::SetFlagsUsageConfig(config);
-  absl::ParseCommandLine(argc, argv);
+      "test accuracy. SIGINT or SIGTERM stops training after the current step, evaluates and "
+      "exits with 128 + the signal.\nExample: classifier --optimizer=kfac --max_seconds=60",
+      "classifier/main.cpp");
   try {
     return run();
   } catch (const std::exception &e) {

@@ -4,8 +4,10 @@
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
-#include <fstream>
 #include <sstream>
+
+#include "cli.h"
+#include "hkfac/error.h"
 
 namespace hkfac::bench {
 namespace {
@@ -60,6 +62,13 @@ int run_all(const Options &opt) {
   }
   std::sort(cases.begin(), cases.end(),
             [](const Case &a, const Case &b) { return a.group < b.group; });
+  if (opt.rounds < 1)
+    throw hkfac::Error("run_all: rounds must be >= 1, got " + std::to_string(opt.rounds));
+  if (cases.empty()) {
+    std::fprintf(stderr, "kernel_bench: no kernel case matches --only=%s in this build\n",
+                 opt.only.c_str());
+    return 2;
+  }
   md << "| kernel | shape | contender | median ms | GFLOP/s | ratio vs "
      << (opt.quick ? "-" : "anchor (median of per-round ratios)") << " |\n"
      << "|---|---|---|---|---|---|\n";
@@ -113,8 +122,8 @@ int run_all(const Options &opt) {
     }
   }
   if (!opt.markdown.empty()) {
-    std::ofstream f(opt.markdown);
-    f << md.str();
+    hkfac::apps::write_file_checked(opt.markdown, md.str());
+    std::printf("wrote %s\n", opt.markdown.c_str());
   }
   return 0;
 }

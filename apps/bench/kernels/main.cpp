@@ -6,8 +6,10 @@
 #include <cstdlib>
 #include <cstring>
 #include <exception>
+#include <optional>
 #include <string>
 
+#include "cli.h"
 #include "harness.h"
 #include "hkfac/device.h"
 
@@ -25,29 +27,47 @@ void quiet_thread_pools(char **argv) {
   std::perror("kernel_bench: re-exec with quiet thread pools failed");
 }
 
+constexpr const char *kUsage = "usage: kernel_bench [--device=cpu|cuda|auto] [--quick] "
+                               "[--rounds=N (>= 1, default 15)] [--only=GROUP] [--markdown=FILE]";
+
+// A command-line mistake: the message, the usage line, exit status 2.
+int usage_error(const std::string &message) {
+  std::fprintf(stderr, "kernel_bench: %s\n%s\n", message.c_str(), kUsage);
+  return 2;
+}
+
 int main(int argc, char **argv) {
   quiet_thread_pools(argv);
   hkfac::bench::Options opt;
   try {
     for (int i = 1; i < argc; i++) {
       std::string a = argv[i];
-      if (a == "--quick") {
+      if (a == "--help" || a == "-h") {
+        std::printf("kernel_bench: times every generated kernel against OpenBLAS and Eigen "
+                    "(cuBLAS on the GPU), interleaved; --quick runs each kernel alone, briefly.\n"
+                    "%s\n",
+                    kUsage);
+        return 0;
+      } else if (a == "--quick") {
         opt.quick = true;
       } else if (a.rfind("--device=", 0) == 0) {
         opt.device = hkfac::parse_device(a.substr(9), "--device");
       } else if (a.rfind("--rounds=", 0) == 0) {
-        opt.rounds = std::stoi(a.substr(9));
+        const std::optional<int> rounds = hkfac::apps::parse_int(a.substr(9));
+        if (!rounds || *rounds < 1)
+          return usage_error("bad argument '" + a + "': --rounds takes an integer >= 1");
+        opt.rounds = *rounds;
       } else if (a.rfind("--only=", 0) == 0) {
         opt.only = a.substr(7);
       } else if (a.rfind("--markdown=", 0) == 0) {
         opt.markdown = a.substr(11);
+        try {
+          hkfac::apps::require_writable_output("--markdown", opt.markdown);
+        } catch (const std::exception &e) {
+          return usage_error(e.what());
+        }
       } else {
-        std::fprintf(stderr,
-                     "kernel_bench: unknown argument '%s'\n"
-                     "usage: kernel_bench [--device=cpu|cuda|auto] [--quick] [--rounds=N] "
-                     "[--only=GROUP] [--markdown=FILE]\n",
-                     a.c_str());
-        return 2;
+        return usage_error("unknown argument '" + a + "'");
       }
     }
     const auto &cuda = hkfac::cuda_status();

@@ -10,11 +10,12 @@
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
-#include <cstdlib>
+#include <optional>
 #include <random>
 #include <string>
 #include <vector>
 
+#include "cli.h"
 #include "hkfac/kfac/blocks/curvature_block.h"
 #include "hkfac/kfac/model.h"
 
@@ -39,7 +40,20 @@ double median(std::vector<double> v) {
 } // namespace
 
 int main(int argc, char **argv) {
-  const int rounds = argc > 1 ? std::atoi(argv[1]) : 15;
+  const char *usage = "usage: conv_factor_bench [ROUNDS (>= 1, default 15)]";
+  if (argc > 1 && (std::string(argv[1]) == "--help" || std::string(argv[1]) == "-h")) {
+    std::printf("conv_factor_bench: Conv2D's curvature update, images route vs patches route.\n"
+                "%s\n",
+                usage);
+    return 0;
+  }
+  const std::optional<int> parsed = argc > 1 ? hkfac::apps::parse_int(argv[1]) : 15;
+  if (argc > 2 || !parsed || *parsed < 1) {
+    std::fprintf(stderr, "conv_factor_bench: bad argument '%s'\n%s\n", argv[argc > 2 ? 2 : 1],
+                 usage);
+    return 2;
+  }
+  const int rounds = *parsed;
   const int batch = 128;
   const std::vector<Layer> layers = {
       {32, 3, 3, 1, 32}, {16, 32, 3, 1, 64}, {8, 64, 3, 1, 128}, {16, 32, 3, 2, 64}};

@@ -1,8 +1,9 @@
 #!/usr/bin/env python3
-"""Convergence benchmark (BENCHMARKS.md, K-FAC 2): the Fashion-MNIST deep autoencoder for a fixed
-wall-clock budget, K-FAC vs Adam at each learning rate in the same binary (apps/autoencoder),
-plus PyTorch Adam (Debian's python3-torch) on the identical model and data at the best rate, one
-run after another in this session.
+"""Convergence benchmark (K-FAC 2 of BENCHMARKS.md, which lives at ../shared/BENCHMARKS.md beside
+the repository): the Fashion-MNIST deep autoencoder for a fixed wall-clock budget, K-FAC vs Adam
+at each learning rate in the same binary (apps/autoencoder), plus PyTorch Adam (Debian's
+python3-torch) on the identical model and data at the best rate, one run after another in this
+session.
 
 K-FAC runs with the flags of --kfac-flags: by default apps/autoencoder/kfac_fixed_rate.flags, a
 fixed learning rate (1e-2) and momentum (0.3), adaptive damping, and batch 256 (much of a K-FAC
@@ -22,16 +23,62 @@ steadier: the mean loss over a trailing window of --window seconds, the best Ada
 window against the first of K-FAC's windows to match it. The third reading has no mini-batch
 noise at all: every --eval-every seconds of training each run stops its clock and evaluates the
 objective on the same --eval-examples training images; the best Adam run's last evaluation is
-the target. Writes OUT/curves.png (matplotlib) and prints markdown tables. --reuse reads the CSVs of runs already in OUT instead of repeating them.
+the target. Writes OUT/curves.png (matplotlib) and prints markdown tables. --reuse reads the
+CSVs of runs already in OUT instead of repeating them.
 """
 import argparse
 import csv
+import math
 import os
 import statistics
 import subprocess
 import sys
 
 REPO = os.path.abspath(os.path.join(os.path.dirname(__file__), "..", "..", ".."))
+APP = "apps/autoencoder/autoencoder"  # under --build
+
+
+def number(text, low, low_ok, what):
+    """An argparse type: a finite float above `low` (or at it, if `low_ok`)."""
+    try:
+        v = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"not a number: {text!r}")
+    if not math.isfinite(v) or v < low or (v == low and not low_ok):
+        raise argparse.ArgumentTypeError(f"{text}: must be finite and {what}")
+    return v
+
+
+def positive(text):
+    return number(text, 0, False, "> 0")
+
+
+def nonnegative(text):
+    return number(text, 0, True, ">= 0")
+
+
+def positive_int(text):
+    try:
+        v = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"not an integer: {text!r}")
+    if v < 1:
+        raise argparse.ArgumentTypeError(f"{text}: must be >= 1")
+    return v
+
+
+def rate_list(text):
+    """Comma-separated learning rates, kept as spelt (they name the runs' files)."""
+    rates = text.split(",")
+    for r in rates:
+        positive(r)
+    return text
+
+
+def batch_list(text):
+    for b in filter(None, text.split(",")):
+        positive_int(b)
+    return text
 
 
 def read_curve(path):
@@ -128,7 +175,10 @@ def run_app(args, name, flags):
     if args.reuse and os.path.exists(out_csv):
         print(f"  {name}: reusing {out_csv}", flush=True)
         return read_curve(out_csv)
-    cmd = [os.path.join(args.build, "apps/autoencoder/autoencoder"), "--data=fashion_mnist",
+    app = os.path.join(args.build, APP)
+    if not os.access(app, os.X_OK):
+        sys.exit(f"convergence: no autoencoder at {app} (build it, or point --build at a build)")
+    cmd = [app, "--data=fashion_mnist",
            f"--max_seconds={args.budget}", "--training_steps=100000000", "--log_every=200",
            f"--csv={out_csv}", f"--png={os.path.join(args.out, name + '.png')}"] + flags + \
         eval_flags(args, name)
@@ -157,30 +207,40 @@ def run_torch(args, rate):
 
 
 def main():
-    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    p.add_argument("--build", default="build")
-    p.add_argument("--out", default="build/bench_convergence")
-    p.add_argument("--budget", type=float, default=600, help="seconds per run")
-    p.add_argument("--adam-rates", default="1e-4,3e-4,1e-3,3e-3")
+    p = argparse.ArgumentParser(description=__doc__,
+                                formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--build", default="build", help="the build directory with the autoencoder")
+    p.add_argument("--out", default="build/bench_convergence", help="directory for the results")
+    p.add_argument("--budget", type=positive, default=600, help="seconds per run (> 0)")
+    p.add_argument("--adam-rates", type=rate_list, default="1e-4,3e-4,1e-3,3e-3")
     p.add_argument("--kfac-flags",
                    default="--flagfile=" + os.path.join(REPO,
                                                         "apps/autoencoder/kfac_fixed_rate.flags"),
                    help="extra autoencoder flags for the K-FAC run (default: the fixed-rate "
                    "settings; the demo's adaptive ones are apps/autoencoder/kfac_tuned.flags)")
-    p.add_argument("--adam-extra-batches", default="256",
+    p.add_argument("--adam-extra-batches", type=batch_list, default="256",
                    help="batch sizes (besides 128) at which the best Adam rate also runs")
-    p.add_argument("--smooth", type=int, default=50, help="running-median window, steps")
+    p.add_argument("--smooth", type=positive_int, default=50, help="running-median window, steps")
     p.add_argument("--python", default="/usr/bin/python3", help="interpreter with torch")
     p.add_argument("--no-torch", action="store_true")
-    p.add_argument("--window", type=float, default=0,
+    p.add_argument("--window", type=nonnegative, default=0,
                    help="trailing-mean window, seconds (default: a tenth of the budget)")
     p.add_argument("--reuse", action="store_true", help="read runs whose CSV is already in OUT")
-    p.add_argument("--eval-every", type=float, default=10,
+    p.add_argument("--eval-every", type=nonnegative, default=10,
                    help="seconds of training between fixed-set evaluations (0: none)")
-    p.add_argument("--eval-examples", type=int, default=10000,
+    p.add_argument("--eval-examples", type=positive_int, default=10000,
                    help="the fixed set: this many first training images")
     args = p.parse_args()
-    os.makedirs(args.out, exist_ok=True)
+    if not os.path.isdir(args.build):
+        p.error(f"--build {args.build}: no such directory")
+    if os.path.exists(args.out) and not os.path.isdir(args.out):
+        p.error(f"--out {args.out}: not a directory")
+    try:
+        os.makedirs(args.out, exist_ok=True)
+    except OSError as e:
+        p.error(f"--out {args.out}: {e.strerror}")
+    if not os.access(args.out, os.W_OK | os.X_OK):
+        p.error(f"--out {args.out}: not writable")
     print(f"convergence: Fashion-MNIST autoencoder, {args.budget:.0f} s per run", flush=True)
 
     curves = {"hkfac K-FAC": run_app(args, "kfac", ["--optimizer=kfac"] + args.kfac_flags.split())}

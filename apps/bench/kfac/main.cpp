@@ -8,12 +8,13 @@
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
-#include <cstdlib>
 #include <fstream>
+#include <optional>
 #include <random>
 #include <string>
 #include <vector>
 
+#include "cli.h"
 #include "data.h"
 #include "hkfac/allocator.h"
 #include "hkfac/kfac/layers.h"
@@ -168,6 +169,16 @@ Row measure(const std::string &name, autoencoder::Dataset &data, bool images, in
           precondition_flop_ratio(kfac_model, batch_size)};
 }
 
+constexpr const char *kUsage =
+    "usage: kfac_bench [WINDOWS (>= 1, default 4) [FASHION_MNIST_DIR (default "
+    "/usr/share/datasets/fashion-mnist) [BATCH (>= 1, default 128)]]]";
+
+// A command-line mistake: the message, the usage line, exit status 2.
+int usage_error(const std::string &message) {
+  std::fprintf(stderr, "kfac_bench: %s\n%s\n", message.c_str(), kUsage);
+  return 2;
+}
+
 std::string load_line() {
   std::ifstream f("/proc/loadavg");
   std::string s;
@@ -178,19 +189,37 @@ std::string load_line() {
 } // namespace
 
 int main(int argc, char **argv) {
-  hkfac::retain_freed_memory(); // as the autoencoder app does
-  const int windows = argc > 1 ? std::max(1, std::atoi(argv[1])) : 4;
+  hkfac::retain_freed_memory();             // as the autoencoder app does
+  std::setvbuf(stdout, nullptr, _IOLBF, 0); // progress through a pipe as it is printed
+  for (int i = 1; i < argc; ++i) {
+    const std::string a = argv[i];
+    if (a == "--help" || a == "-h") {
+      std::printf("kfac_bench: K-FAC step time / SGD step time on the autoencoder, by phase.\n%s\n",
+                  kUsage);
+      return 0;
+    }
+    if (a.rfind("-", 0) == 0)
+      return usage_error("unknown option '" + a + "' (the arguments are positional)");
+  }
+  if (argc > 4)
+    return usage_error(std::string("unexpected argument '") + argv[4] + "'");
+  const std::optional<int> windows = argc > 1 ? hkfac::apps::parse_int(argv[1]) : 4;
+  if (!windows || *windows < 1)
+    return usage_error(std::string("bad WINDOWS '") + argv[1] + "': need an integer >= 1");
   const std::string mnist_dir = argc > 2 ? argv[2] : "/usr/share/datasets/fashion-mnist";
-  const int batch = argc > 3 ? std::max(1, std::atoi(argv[3])) : 128;
+  const std::optional<int> batch = argc > 3 ? hkfac::apps::parse_int(argv[3]) : 128;
+  if (!batch || *batch < 1)
+    return usage_error(std::string("bad BATCH '") + argv[3] + "': need an integer >= 1");
   try {
     std::printf("kfac_bench: autoencoder, batch %d, inverse_update_period 5, %d windows of 5 "
                 "interleaved K-FAC/SGD steps; load average before: %s\n",
-                batch, windows, load_line().c_str());
+                *batch, *windows, load_line().c_str());
     std::vector<Row> rows;
+    // Both loaded first, so that a bad data directory fails before minutes of measuring.
     autoencoder::Dataset random = autoencoder::Dataset::load("random", "", 12412321);
-    rows.push_back(measure("random (20-dim, squared error)", random, false, windows, batch));
     autoencoder::Dataset images = autoencoder::Dataset::load("fashion_mnist", mnist_dir, 12412321);
-    rows.push_back(measure("Fashion-MNIST (784-dim, sigmoid CE)", images, true, windows, batch));
+    rows.push_back(measure("random (20-dim, squared error)", random, false, *windows, *batch));
+    rows.push_back(measure("Fashion-MNIST (784-dim, sigmoid CE)", images, true, *windows, *batch));
     std::printf("load average after: %s\n\n", load_line().c_str());
     std::printf("| data | SGD step (ms) | K-FAC step (ms, amortised) | K-FAC/SGD per step (median) "
                 "| K-FAC/SGD amortised (median) | fwd/bwd | curvature update | inverse | "

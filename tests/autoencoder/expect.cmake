@@ -1,0 +1,36 @@
+# Runs a command and checks its exit status as well as its output, which PASS_REGULAR_EXPRESSION
+# alone cannot (it ignores the status): the apps' command-line errors must fail, --help must not.
+# Run as: cmake -DRC=<status> -DREGEX=<regex over stdout and stderr> [-DNO_FILE_SPACE=ON]
+#         [-DUNCHANGED=<file that must keep its contents>] -P expect.cmake -- command args...
+# NO_FILE_SPACE runs the command with a file size limit of 0 and SIGXFSZ ignored, so that every
+# write to a file fails (EFBIG) as on a full disk, without touching a device.
+set(cmd "")
+set(in_cmd OFF)
+math(EXPR last "${CMAKE_ARGC} - 1")
+foreach (i RANGE ${last})
+  if (in_cmd)
+    list(APPEND cmd "${CMAKE_ARGV${i}}")
+  elseif ("${CMAKE_ARGV${i}}" STREQUAL "--")
+    set(in_cmd ON)
+  endif ()
+endforeach ()
+if (NO_FILE_SPACE)
+  set(cmd sh -c "trap '' XFSZ\nulimit -f 0\nexec \"$@\"" sh ${cmd})
+endif ()
+if (UNCHANGED)
+  file(READ "${UNCHANGED}" before)
+endif ()
+execute_process(COMMAND ${cmd} RESULT_VARIABLE rc OUTPUT_VARIABLE out ERROR_VARIABLE out)
+message("${out}")
+if (NOT "${rc}" STREQUAL "${RC}")
+  message(FATAL_ERROR "exit status ${rc}, expected ${RC}")
+endif ()
+if (NOT out MATCHES "${REGEX}")
+  message(FATAL_ERROR "the output does not match '${REGEX}'")
+endif ()
+if (UNCHANGED)
+  file(READ "${UNCHANGED}" after)
+  if (NOT before STREQUAL after)
+    message(FATAL_ERROR "${UNCHANGED} changed")
+  endif ()
+endif ()
