@@ -5,6 +5,7 @@
 // (784 pixels) a sigmoid cross-entropy. All optimizers run the same model on the same kernels, so
 // their curves compare fairly. Writes the loss curve as CSV and PNG.
 #include <absl/flags/flag.h>
+#include <absl/flags/reflection.h>
 
 #include <algorithm>
 #include <chrono>
@@ -147,6 +148,74 @@ double loss_and_gradient(hkfac::kfac::Sequential &model, const hkfac::kfac::Valu
   grad = model.backward(losses.total_gradient() * inv_b);
   hkfac::kfac::axpy(static_cast<float>(l2), params, grad);
   return losses.total_values().mean() + 0.5 * l2 * hkfac::kfac::squared_norm(params);
+}
+
+// The flags a run's losses depend on, as "name=value" lines: saved with each checkpoint and
+// compared when one is loaded, since the optimizer cannot see them (the batch size, the data and
+// its seed) or, for its options, takes the resuming run's as given. The step count, time limits,
+// logging and output paths may differ.
+std::string run_settings() {
+  static const char *const kNames[] = {"batch_size",
+                                       "learning_rate",
+                                       "l2_reg",
+                                       "momentum",
+                                       "damping",
+                                       "seed",
+                                       "data",
+                                       "data_dir",
+                                       "estimation_mode",
+                                       "use_adaptive_damping",
+                                       "use_adaptive_learning_rate",
+                                       "use_adaptive_momentum",
+                                       "curvature_update_period",
+                                       "norm_constraint",
+                                       "curvature_batch_size",
+                                       "inverse_update_period",
+                                       "min_damping",
+                                       "curvature_ema"};
+  std::string text;
+  for (const char *name : kNames) {
+    const absl::CommandLineFlag *flag = absl::FindCommandLineFlag(name);
+    if (!flag)
+      throw hkfac::Error(std::string("internal: no flag --") + name);
+    text += std::string(name) + "=" + flag->CurrentValue() + "\n";
+  }
+  return text;
+}
+
+// Refuses to resume from a checkpoint saved with other run_settings, naming each difference; a
+// checkpoint without recorded settings (an older file) is resumed with a note.
+void check_resume_settings(const std::string &path, const std::string &saved) {
+  if (saved.empty()) {
+    std::printf("note: %s records no run settings (an older checkpoint); the flags are not "
+                "compared\n",
+                path.c_str());
+    return;
+  }
+  auto parse = [](const std::string &text) {
+    std::vector<std::pair<std::string, std::string>> kv;
+    std::istringstream is(text);
+    for (std::string line; std::getline(is, line);) {
+      const size_t eq = line.find('=');
+      kv.push_back({line.substr(0, eq), eq == std::string::npos ? "" : line.substr(eq + 1)});
+    }
+    return kv;
+  };
+  const auto then = parse(saved), now = parse(run_settings());
+  std::string differences;
+  for (const auto &[name, value] : now) {
+    const auto it = std::find_if(then.begin(), then.end(),
+                                 [&, n = name](const auto &p) { return p.first == n; });
+    const std::string was = it == then.end() ? "(not recorded)" : it->second;
+    if (was != value)
+      differences += "\n  --" + name + ": the checkpoint's run had " + was + ", this run " + value;
+  }
+  if (!differences.empty()) {
+    throw hkfac::Error("--load_checkpoint: " + path +
+                       " was saved by a run with other settings, and resuming would not continue "
+                       "it; pass the same flags:" +
+                       differences);
+  }
 }
 
 // Checks every flag, the unselected optimizer's too, and that the outputs can be written, before
@@ -305,6 +374,7 @@ int run() {
     int first = 0;
     if (!load_path.empty()) {
       const auto t0 = std::chrono::steady_clock::now();
+      check_resume_settings(load_path, opt.checkpoint_metadata(load_path));
       opt.load_checkpoint(load_path, params);
       const double load_s =
           std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
@@ -327,7 +397,7 @@ int run() {
     // Writes the checkpoint; its time is not training time.
     auto save = [&]() {
       const auto t0 = std::chrono::steady_clock::now();
-      opt.save_checkpoint(save_path, params);
+      opt.save_checkpoint(save_path, params, run_settings());
       const double took =
           std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
       paused += took;
