@@ -2,8 +2,10 @@
 // low-resolution input/output pair in a bilateral grid, then apply them to the full-resolution
 // input.
 #include "Halide.h"
+#include "generator_params.h"
 #include "reference_schedule.h"
 
+#include <algorithm>
 #include <vector>
 
 namespace {
@@ -25,6 +27,15 @@ public:
   Output<Buffer<float>> output{"output", 3};
 
   void generate() {
+    using hkfac::pipelines::kMaxExtent;
+    using hkfac::pipelines::require_in_range;
+    require_in_range("bgu", cell, 1, 64);
+    require_in_range("bgu", bins, 1, 64);
+    require_in_range("bgu", width, 1, kMaxExtent);
+    require_in_range("bgu", height, 1, kMaxExtent);
+    // The low-resolution estimates are width / factor by height / factor: at least one pixel.
+    require_in_range("bgu", factor, 1, std::min(int(width), int(height)));
+
     const int s = cell;
     const int nz = bins;
     Func in_c = BoundaryConditions::repeat_edge(low_in);

@@ -1,5 +1,6 @@
 // Bilateral grid (Chen, Paris & Durand 2007): edge-aware smoothing of a grey image.
 #include "Halide.h"
+#include "generator_params.h"
 #include "reference_schedule.h"
 
 namespace {
@@ -17,6 +18,12 @@ public:
   Output<Buffer<float>> output{"output", 2};
 
   void generate() {
+    using hkfac::pipelines::kMaxExtent;
+    using hkfac::pipelines::require_in_range;
+    require_in_range("bilateral_grid", s_sigma, 1, 64);
+    require_in_range("bilateral_grid", width, 1, kMaxExtent);
+    require_in_range("bilateral_grid", height, 1, kMaxExtent);
+
     const int s = s_sigma;
     Func clamped = BoundaryConditions::repeat_edge(input);
 

@@ -1,6 +1,7 @@
 // Camera pipeline (FCam-style raw processing): hot-pixel suppression, edge-directed demosaic of a
 // GRBG Bayer mosaic, colour correction for the white point, tone curve and sharpening.
 #include "Halide.h"
+#include "generator_params.h"
 #include "reference_schedule.h"
 
 namespace {
@@ -26,6 +27,11 @@ public:
   Output<Buffer<uint8_t>> output{"output", 3};
 
   void generate() {
+    using hkfac::pipelines::kMaxExtent;
+    using hkfac::pipelines::require_in_range;
+    require_in_range("camera_pipe", width, 1, kMaxExtent);
+    require_in_range("camera_pipe", height, 1, kMaxExtent);
+
     // The sensor delivers 10 bits; saturating there keeps the int16 arithmetic below in range.
     shifted(x, y) = cast<int16_t>(min(raw(x + 16, y + 12), 1023));
 

@@ -1,5 +1,6 @@
 // A 3×3 convolution layer with bias and ReLU, as in ResNet-style networks (channels innermost).
 #include "Halide.h"
+#include "generator_params.h"
 #include "reference_schedule.h"
 
 namespace {
@@ -20,6 +21,14 @@ public:
   Output<Buffer<float>> relu{"relu", 4};    // (co, x, y, n)
 
   void generate() {
+    using hkfac::pipelines::kMaxExtent;
+    using hkfac::pipelines::require_in_range;
+    require_in_range("conv_layer", batch, 1, 1024);
+    require_in_range("conv_layer", in_channels, 1, 4096);
+    require_in_range("conv_layer", out_channels, 1, 4096);
+    require_in_range("conv_layer", width, 1, kMaxExtent);
+    require_in_range("conv_layer", height, 1, kMaxExtent);
+
     RDom r(0, in_channels, 0, 3, 0, 3);
     conv(c, x, y, n) = bias(c);
     conv(c, x, y, n) += filter(r.x, r.y, r.z, c) * input(r.x, x + r.y, y + r.z, n);

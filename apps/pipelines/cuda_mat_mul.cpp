@@ -1,5 +1,6 @@
 // Dense single-precision matrix multiply C = A B at the square sizes GPU GEMM benchmarks use.
 #include "Halide.h"
+#include "generator_params.h"
 #include "reference_schedule.h"
 
 namespace {
@@ -15,6 +16,8 @@ public:
   Output<Buffer<float>> c{"c", 2}; // (j, i)
 
   void generate() {
+    hkfac::pipelines::require_in_range("cuda_mat_mul", size, 1, hkfac::pipelines::kMaxExtent);
+
     RDom k(0, a.dim(0).extent());
     prod(j, i) = 0.0f;
     prod(j, i) += a(k, i) * b(j, k);

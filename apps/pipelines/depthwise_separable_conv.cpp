@@ -1,6 +1,7 @@
 // MobileNet's depthwise-separable block: 3×3 depthwise convolution + ReLU, then a 1×1 pointwise
 // convolution + ReLU, with zero padding so the output keeps the input's size.
 #include "Halide.h"
+#include "generator_params.h"
 #include "reference_schedule.h"
 
 namespace {
@@ -23,6 +24,14 @@ public:
   Output<Buffer<float>> output{"output", 4};                    // (co, x, y, n)
 
   void generate() {
+    using hkfac::pipelines::kMaxExtent;
+    using hkfac::pipelines::require_in_range;
+    require_in_range("depthwise_separable_conv", batch, 1, 1024);
+    require_in_range("depthwise_separable_conv", in_channels, 1, 4096);
+    require_in_range("depthwise_separable_conv", out_channels, 1, 4096);
+    require_in_range("depthwise_separable_conv", width, 1, kMaxExtent);
+    require_in_range("depthwise_separable_conv", height, 1, kMaxExtent);
+
     Func padded = BoundaryConditions::constant_exterior(input, 0.0f,
                                                         {{Expr(), Expr()},
                                                          {0, input.dim(1).extent()},

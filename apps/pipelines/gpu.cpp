@@ -1,7 +1,10 @@
 // A mixed image pipeline of the kinds GPU schedulers must handle together: separable blur,
 // histogram with a scan, resampling to another size, and a pointwise tone curve (equalisation).
 #include "Halide.h"
+#include "generator_params.h"
 #include "reference_schedule.h"
+
+#include <algorithm>
 
 namespace {
 
@@ -18,6 +21,14 @@ public:
   Output<Buffer<uint8_t>> output{"output", 3};
 
   void generate() {
+    using hkfac::pipelines::kMaxExtent;
+    using hkfac::pipelines::require_in_range;
+    require_in_range("gpu", width, 1, kMaxExtent);
+    require_in_range("gpu", height, 1, kMaxExtent);
+    require_in_range("gpu", up, 1, 16);
+    // The output estimates are width · up / down by height · up / down: at least one pixel.
+    require_in_range("gpu", down, 1, std::min(16, std::min(int(width), int(height)) * int(up)));
+
     Func clamped = BoundaryConditions::repeat_edge(input);
     Expr in_w = input.dim(0).extent(), in_h = input.dim(1).extent();
 

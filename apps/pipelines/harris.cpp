@@ -1,6 +1,7 @@
 // Harris corner response: structure tensor of Sobel gradients, summed over a 3×3 window,
 // scored as det − k·trace².
 #include "Halide.h"
+#include "generator_params.h"
 #include "reference_schedule.h"
 
 namespace {
@@ -16,6 +17,11 @@ public:
   Output<Buffer<float>> output{"output", 2};
 
   void generate() {
+    using hkfac::pipelines::kMaxExtent;
+    using hkfac::pipelines::require_in_range;
+    require_in_range("harris", width, 1, kMaxExtent);
+    require_in_range("harris", height, 1, kMaxExtent);
+
     Func clamped = BoundaryConditions::repeat_edge(input);
     gray(x, y) = 0.299f * clamped(x, y, 0) + 0.587f * clamped(x, y, 1) + 0.114f * clamped(x, y, 2);
 

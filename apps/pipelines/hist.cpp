@@ -1,5 +1,6 @@
 // Histogram equalisation of the luma channel of an RGB image, chroma kept (integer YCbCr).
 #include "Halide.h"
+#include "generator_params.h"
 #include "reference_schedule.h"
 
 namespace {
@@ -15,6 +16,11 @@ public:
   Output<Buffer<uint8_t>> output{"output", 3};
 
   void generate() {
+    using hkfac::pipelines::kMaxExtent;
+    using hkfac::pipelines::require_in_range;
+    require_in_range("hist", width, 1, kMaxExtent);
+    require_in_range("hist", height, 1, kMaxExtent);
+
     Expr r = cast<int32_t>(input(x, y, 0));
     Expr g = cast<int32_t>(input(x, y, 1));
     Expr b = cast<int32_t>(input(x, y, 2));

@@ -1,6 +1,7 @@
 // Recursive (IIR) blur: first-order causal and anti-causal exponential smoothing down the columns,
 // transpose, and the same again, which smooths the rows.
 #include "Halide.h"
+#include "generator_params.h"
 #include "reference_schedule.h"
 
 namespace {
@@ -17,6 +18,11 @@ public:
   Output<Buffer<float>> output{"output", 3};
 
   void generate() {
+    using hkfac::pipelines::kMaxExtent;
+    using hkfac::pipelines::require_in_range;
+    require_in_range("iir_blur", width, 1, kMaxExtent);
+    require_in_range("iir_blur", height, 1, kMaxExtent);
+
     Func columns = blur_columns_and_transpose(input, input.dim(1).extent(), "columns");
     Func rows = blur_columns_and_transpose(columns, input.dim(0).extent(), "rows");
     output(x, y, c) = rows(x, y, c);

@@ -1,6 +1,7 @@
 // Multi-scale interpolation ("push-pull"): fill the transparent parts of an RGBA image from a
 // pyramid of alpha-premultiplied downsamplings, then un-premultiply.
 #include "Halide.h"
+#include "generator_params.h"
 #include "reference_schedule.h"
 
 #include <vector>
@@ -19,6 +20,13 @@ public:
   Output<Buffer<float>> output{"output", 3}; // RGB
 
   void generate() {
+    using hkfac::pipelines::kMaxExtent;
+    using hkfac::pipelines::require_in_range;
+    // 15 levels take the largest image down to one pixel; more would add nothing.
+    require_in_range("interpolate", levels, 1, 15);
+    require_in_range("interpolate", width, 1, kMaxExtent);
+    require_in_range("interpolate", height, 1, kMaxExtent);
+
     Func clamped = BoundaryConditions::repeat_edge(input);
     const int n = levels;
     std::vector<Func> downsampled(n), interpolated(n);

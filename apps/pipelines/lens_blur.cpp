@@ -2,6 +2,7 @@
 // then a gather-form bokeh in which each neighbour contributes if its circle of confusion
 // reaches this pixel.
 #include "Halide.h"
+#include "generator_params.h"
 #include "reference_schedule.h"
 
 namespace {
@@ -22,6 +23,13 @@ public:
   Output<Buffer<float>> output{"output", 3};
 
   void generate() {
+    using hkfac::pipelines::kMaxExtent;
+    using hkfac::pipelines::require_in_range;
+    require_in_range("lens_blur", slices, 1, 256);
+    require_in_range("lens_blur", max_radius, 1, 32);
+    require_in_range("lens_blur", width, 1, kMaxExtent);
+    require_in_range("lens_blur", height, 1, kMaxExtent);
+
     Func left_c = BoundaryConditions::repeat_edge(left);
     Func right_c = BoundaryConditions::repeat_edge(right);
 

@@ -1,6 +1,7 @@
 // Local Laplacian filter (Paris, Hasinoff & Kautz 2011; sampled-levels form of Aubry et al.):
 // detail enhancement and tone compression through Laplacian pyramids of remapped images.
 #include "Halide.h"
+#include "generator_params.h"
 #include "reference_schedule.h"
 
 #include <vector>
@@ -22,6 +23,15 @@ public:
   Output<Buffer<uint16_t>> output{"output", 3};
 
   void generate() {
+    using hkfac::pipelines::kMaxExtent;
+    using hkfac::pipelines::require_in_range;
+    // Two reference intensities at least, 0 and 1; with more than 64 the detail width 1 / (K - 1)
+    // shrinks to a few steps of the 1/256 remap table.
+    require_in_range("local_laplacian", intensity_levels, 2, 64);
+    require_in_range("local_laplacian", pyramid_levels, 1, 15); // 15: down to one pixel
+    require_in_range("local_laplacian", width, 1, kMaxExtent);
+    require_in_range("local_laplacian", height, 1, kMaxExtent);
+
     const int K = intensity_levels, J = pyramid_levels;
     Func clamped = BoundaryConditions::repeat_edge(input);
     floating(x, y, c) = cast<float>(clamped(x, y, c)) / 65535.0f;

@@ -1,6 +1,7 @@
 // Circular max filter (grey-scale dilation by a disk): each disk row is a horizontal window
 // whose maximum two overlapping power-of-two windows of a sparse table give in O(1).
 #include "Halide.h"
+#include "generator_params.h"
 #include "reference_schedule.h"
 
 #include <cmath>
@@ -20,6 +21,12 @@ public:
   Output<Buffer<float>> output{"output", 3};
 
   void generate() {
+    using hkfac::pipelines::kMaxExtent;
+    using hkfac::pipelines::require_in_range;
+    require_in_range("max_filter", radius, 1, 64);
+    require_in_range("max_filter", width, 1, kMaxExtent);
+    require_in_range("max_filter", height, 1, kMaxExtent);
+
     const int r = radius;
     Func clamped = BoundaryConditions::repeat_edge(input);
 

@@ -1,6 +1,7 @@
 // Non-local means denoising (Buades, Coll & Morel 2005): average the pixels of a search window,
 // each weighted by how similar the patch around it is to the patch around this pixel.
 #include "Halide.h"
+#include "generator_params.h"
 #include "reference_schedule.h"
 
 namespace {
@@ -19,6 +20,16 @@ public:
   Output<Buffer<float>> output{"output", 3};
 
   void generate() {
+    using hkfac::pipelines::kMaxExtent;
+    using hkfac::pipelines::require_in_range;
+    using hkfac::pipelines::require_odd_in_range;
+    // Both windows are centred: an even size would box size + 1 pixels (patch) or offsets
+    // -size/2 .. size/2 - 1 (search).
+    require_odd_in_range("nl_means", patch_size, 1, 31);
+    require_odd_in_range("nl_means", search_area, 1, 31);
+    require_in_range("nl_means", width, 1, kMaxExtent);
+    require_in_range("nl_means", height, 1, kMaxExtent);
+
     Func clamped = BoundaryConditions::repeat_edge(input);
     const int p = patch_size / 2, s = search_area / 2;
 

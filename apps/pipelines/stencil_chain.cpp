@@ -1,5 +1,6 @@
 // A long chain of 3×3 box stencils on a 16-bit image, the classic test of fusion depth.
 #include "Halide.h"
+#include "generator_params.h"
 #include "reference_schedule.h"
 
 #include <vector>
@@ -18,6 +19,12 @@ public:
   Output<Buffer<uint16_t>> output{"output", 2};
 
   void generate() {
+    using hkfac::pipelines::kMaxExtent;
+    using hkfac::pipelines::require_in_range;
+    require_in_range("stencil_chain", stencils, 1, 128);
+    require_in_range("stencil_chain", width, 1, kMaxExtent);
+    require_in_range("stencil_chain", height, 1, kMaxExtent);
+
     std::vector<Func> stages;
     stages.push_back(BoundaryConditions::repeat_edge(input));
     for (int i = 1; i <= stencils; i++) {

@@ -1,6 +1,7 @@
 // Unsharp masking: sharpen the luminance against a separable Gaussian blur and scale the colour
 // channels by the same ratio.
 #include "Halide.h"
+#include "generator_params.h"
 #include "reference_schedule.h"
 
 #include <cmath>
@@ -19,6 +20,13 @@ public:
   Output<Buffer<float>> output{"output", 3};
 
   void generate() {
+    using hkfac::pipelines::kMaxExtent;
+    using hkfac::pipelines::require_in_range;
+    // Below 0.1 the kernel is a delta in float, and tiny sigmas make its centre tap 0 / 0.
+    require_in_range("unsharp", blur_sigma, 0.1f, 32.0f);
+    require_in_range("unsharp", width, 1, kMaxExtent);
+    require_in_range("unsharp", height, 1, kMaxExtent);
+
     const float sigma = blur_sigma;
     const int radius = static_cast<int>(std::ceil(3 * sigma));
     float norm = 0;
