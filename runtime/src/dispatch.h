@@ -6,8 +6,8 @@
 #include <algorithm>
 #include <cstddef>
 #include <deque>
-#include <initializer_list>
 #include <string>
+#include <vector>
 
 #include "hkfac/buffer.h"
 #include "hkfac/device.h"
@@ -88,8 +88,8 @@ struct NamedBuffer {
 // kernels read their inputs while they write, in tiles and out of order, so an output over an
 // input gave wrong values without any error (gemm with C = A, a dense layer's Y = X). Views of one
 // allocation that interleave without sharing an element (column blocks of one matrix) pass.
-void expect_disjoint(const char *kernel, std::initializer_list<NamedBuffer> outputs,
-                     std::initializer_list<NamedBuffer> inputs);
+void expect_disjoint(const char *kernel, const std::vector<NamedBuffer> &outputs,
+                     const std::vector<NamedBuffer> &inputs);
 // Whether two buffers view the same elements in the same layout (an elementwise kernel may write
 // such an output over its input).
 bool same_view(const halide_buffer_t *a, const halide_buffer_t *b);

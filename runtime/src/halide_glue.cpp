@@ -158,8 +158,8 @@ bool same_view(const halide_buffer_t *a, const halide_buffer_t *b) {
   return true;
 }
 
-void expect_disjoint(const char *kernel, std::initializer_list<NamedBuffer> outputs,
-                     std::initializer_list<NamedBuffer> inputs) {
+void expect_disjoint(const char *kernel, const std::vector<NamedBuffer> &outputs,
+                     const std::vector<NamedBuffer> &inputs) {
   for (auto out = outputs.begin(); out != outputs.end(); ++out) {
     auto check = [&](const NamedBuffer &other) {
       if (out->buffer && other.buffer && overlap(out->buffer, other.buffer)) {

@@ -378,22 +378,6 @@ TEST(kfacLayers, ShapeErrorsNameTheArgument) {
   EXPECT_THROW(f.model.backward(Matrix::Zero(5, 3)), Error);
 }
 
-std::string error_of(const std::function<void()> &f) {
-  try {
-    f();
-  } catch (const Error &e) {
-    return e.what();
-  }
-  return "";
-}
-
-void expect_error_names(const std::function<void()> &f, const std::vector<std::string> &needles) {
-  const std::string e = error_of(f);
-  ASSERT_FALSE(e.empty()) << "no error";
-  for (const std::string &n : needles)
-    EXPECT_NE(e.find(n), std::string::npos) << "'" << n << "' not in '" << e << "'";
-}
-
 // Sizes are ints downstream (ParamShape, LayerTag, the blocks' dimensions): a layer whose
 // parameter count or output width overflows int is refused when built, naming it and the size,
 // instead of wrapping (Dense(65536, 65536) had a diagonal block of dimension 0).

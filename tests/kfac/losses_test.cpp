@@ -147,23 +147,6 @@ TEST(kfacLosses, RegistryRejectsMismatchedShapesAndMissingTargets) {
   EXPECT_THROW(r.register_multi_bernoulli_predictive_distribution(d.z, &wrong), Error);
 }
 
-// The error of `f` ("" when it does not throw).
-std::string error_of(const std::function<void()> &f) {
-  try {
-    f();
-  } catch (const Error &e) {
-    return e.what();
-  }
-  return "";
-}
-
-void expect_error_names(const std::function<void()> &f, const std::vector<std::string> &needles) {
-  const std::string e = error_of(f);
-  ASSERT_FALSE(e.empty()) << "no error";
-  for (const std::string &n : needles)
-    EXPECT_NE(e.find(n), std::string::npos) << "'" << n << "' not in '" << e << "'";
-}
-
 // Such targets would give negative cross-entropies: refused at registration and in values_on,
 // naming the loss, the value and where it is.
 TEST(kfacLosses, OutOfRangeTargetsAreErrorsNamingTheLossValueAndPosition) {

@@ -4,9 +4,12 @@
 
 #include <Eigen/Dense>
 #include <functional>
+#include <gtest/gtest.h>
 #include <random>
+#include <string>
 #include <vector>
 
+#include "hkfac/error.h"
 #include "hkfac/kfac/layers.h"
 
 namespace hkfac::kfac::testref {
@@ -273,6 +276,25 @@ inline Matrix random_matrix(int rows, int cols, std::mt19937 &rng, float lo = -1
                             float hi = 1.0f) {
   std::uniform_real_distribution<float> u(lo, hi);
   return Matrix::NullaryExpr(rows, cols, [&]() { return u(rng); });
+}
+
+// The message of the hkfac::Error `f` throws ("" when it does not throw).
+inline std::string error_of(const std::function<void()> &f) {
+  try {
+    f();
+  } catch (const Error &e) {
+    return e.what();
+  }
+  return "";
+}
+
+// Expects `f` to throw an hkfac::Error whose message contains every one of `needles`.
+inline void expect_error_names(const std::function<void()> &f,
+                               const std::vector<std::string> &needles) {
+  const std::string e = error_of(f);
+  ASSERT_FALSE(e.empty()) << "no error";
+  for (const std::string &n : needles)
+    EXPECT_NE(e.find(n), std::string::npos) << "'" << n << "' not in '" << e << "'";
 }
 
 } // namespace hkfac::kfac::testref

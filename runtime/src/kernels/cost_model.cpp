@@ -100,6 +100,23 @@ Shape check_inputs(const Buffer<float> &pipeline_features, const Buffer<float> &
   return s;
 }
 
+// The network's inputs as kernel arguments (for expect_disjoint), then `more`.
+std::vector<detail::NamedBuffer> model_inputs(const Buffer<float> &pipeline_features,
+                                              const Buffer<float> &schedule_features,
+                                              const CostModelWeights &w,
+                                              std::vector<detail::NamedBuffer> more = {}) {
+  std::vector<detail::NamedBuffer> in = {{pipeline_features.raw_buffer(), "pipeline_features"},
+                                         {schedule_features.raw_buffer(), "schedule_features"},
+                                         {w.head1_filter.raw_buffer(), "head1_filter"},
+                                         {w.head1_bias.raw_buffer(), "head1_bias"},
+                                         {w.head2_filter.raw_buffer(), "head2_filter"},
+                                         {w.head2_bias.raw_buffer(), "head2_bias"},
+                                         {w.conv1_filter.raw_buffer(), "conv1_filter"},
+                                         {w.conv1_bias.raw_buffer(), "conv1_bias"}};
+  in.insert(in.end(), more.begin(), more.end());
+  return in;
+}
+
 void ensure_shape(Buffer<float> &b, const std::vector<int> &extents) {
   if (!has_shape(b.raw_buffer(), extents)) {
     b = Buffer<float>(extents);
@@ -190,14 +207,7 @@ void cost_model_predict(const Buffer<float> &pipeline_features,
   const Shape s = check_inputs(pipeline_features, schedule_features, weights, num_cores, k);
   expect_shape(predictions.raw_buffer(), {s.batch}, k, "predictions");
   detail::expect_disjoint(k, {{predictions.raw_buffer(), "predictions"}},
-                          {{pipeline_features.raw_buffer(), "pipeline_features"},
-                           {schedule_features.raw_buffer(), "schedule_features"},
-                           {weights.head1_filter.raw_buffer(), "head1_filter"},
-                           {weights.head1_bias.raw_buffer(), "head1_bias"},
-                           {weights.head2_filter.raw_buffer(), "head2_filter"},
-                           {weights.head2_bias.raw_buffer(), "head2_bias"},
-                           {weights.conv1_filter.raw_buffer(), "conv1_filter"},
-                           {weights.conv1_bias.raw_buffer(), "conv1_bias"}});
+                          model_inputs(pipeline_features, schedule_features, weights));
   detail::AlignedArgs args(dev);
   halide_buffer_t *pf = args.in(pipeline_features), *sf = args.in(schedule_features),
                   *h1f = args.in(weights.head1_filter), *h1b = args.in(weights.head1_bias),
@@ -266,16 +276,9 @@ void cost_model_train(const Buffer<float> &pipeline_features,
                            {out.head2_out_grad.raw_buffer(), "head2_out_grad"},
                            {out.conv1_input.raw_buffer(), "conv1_input"},
                            {out.conv1_out_grad.raw_buffer(), "conv1_out_grad"}},
-                          {{pipeline_features.raw_buffer(), "pipeline_features"},
-                           {schedule_features.raw_buffer(), "schedule_features"},
-                           {weights.head1_filter.raw_buffer(), "head1_filter"},
-                           {weights.head1_bias.raw_buffer(), "head1_bias"},
-                           {weights.head2_filter.raw_buffer(), "head2_filter"},
-                           {weights.head2_bias.raw_buffer(), "head2_bias"},
-                           {weights.conv1_filter.raw_buffer(), "conv1_filter"},
-                           {weights.conv1_bias.raw_buffer(), "conv1_bias"},
-                           {true_runtimes.raw_buffer(), "true_runtimes"},
-                           {cotangent.raw_buffer(), "cotangent"}});
+                          model_inputs(pipeline_features, schedule_features, weights,
+                                       {{true_runtimes.raw_buffer(), "true_runtimes"},
+                                        {cotangent.raw_buffer(), "cotangent"}}));
 
   detail::AlignedArgs args(dev);
   halide_buffer_t *pf = args.in(pipeline_features), *sf = args.in(schedule_features),
