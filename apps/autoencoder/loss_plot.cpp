@@ -352,7 +352,7 @@ void write_png(const std::string &path, const std::vector<LossPoint> &points,
   chunk(png, "tEXt", text);
   chunk(png, "IDAT", z);
   chunk(png, "IEND", {});
-  hkfac::apps::write_file_checked(path, std::string(png.begin(), png.end()), /*binary=*/true);
+  hkfac::apps::write_file_checked(path, std::string(png.begin(), png.end()));
 }
 
 } // namespace autoencoder

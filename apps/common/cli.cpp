@@ -13,8 +13,10 @@
 #include <limits>
 #include <sstream>
 #include <tuple>
+#include <vector>
 
 #include "hkfac/error.h"
+#include "hkfac/file_util.h"
 
 namespace hkfac::apps {
 namespace {
@@ -119,15 +121,8 @@ void require_distinct_outputs(const std::vector<std::pair<std::string, std::stri
   }
 }
 
-void write_file_checked(const std::string &path, const std::string &bytes, bool binary) {
-  std::ofstream out(path, binary ? std::ios::out | std::ios::binary : std::ios::out);
-  if (!out)
-    throw Error(path + ": cannot open for writing: " + errno_text(errno));
-  errno = 0; // what follows sets it only on failure
-  out.write(bytes.data(), static_cast<std::streamsize>(bytes.size()));
-  out.close();
-  if (!out)
-    throw Error(path + ": write error: " + errno_text(errno));
+void write_file_checked(const std::string &path, const std::string &bytes) {
+  detail::write_file_atomically(path, std::vector<uint8_t>(bytes.begin(), bytes.end()));
 }
 
 void append_checked(std::ofstream &out, const std::string &path, const std::string &text) {

@@ -33,9 +33,10 @@ void require_readable_input(const std::string &flag, const std::string &path);
 // overwrite the earlier.
 void require_distinct_outputs(const std::vector<std::pair<std::string, std::string>> &outputs);
 
-// Replaces `path` with `bytes`; throws hkfac::Error "<path>: ...: <strerror>" when the file
-// cannot be opened or a write or the close fails (a full disk, a file size limit).
-void write_file_checked(const std::string &path, const std::string &bytes, bool binary = false);
+// Replaces `path` with `bytes` through the runtime's atomic writer (detail::write_file_atomically:
+// a synced temporary renamed into place); throws hkfac::Error "<path>: ...: <strerror>" when a
+// write fails (a full disk, a file size limit) or the target cannot be replaced.
+void write_file_checked(const std::string &path, const std::string &bytes);
 // Appends `text` to `out` (open on `path`) and flushes it, so a file written as it goes holds
 // every row so far; throws hkfac::Error like write_file_checked when that fails.
 void append_checked(std::ofstream &out, const std::string &path, const std::string &text);
