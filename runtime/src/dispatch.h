@@ -4,8 +4,10 @@
 #include <HalideRuntime.h>
 
 #include <algorithm>
+#include <array>
 #include <cstddef>
-#include <deque>
+#include <initializer_list>
+#include <list>
 #include <string>
 #include <vector>
 
@@ -57,7 +59,9 @@ private:
 
   Device device_;
   bool committed_ = false;
-  std::deque<Staged> staged_; // a deque: earlier copies must not move
+  // A list: earlier copies must not move, and an empty list allocates nothing (a deque allocates
+  // on construction, and every kernel call constructs one of these).
+  std::list<Staged> staged_;
 };
 
 // The vector width in floats of the target a kernel was generated for (Halide's natural vector
@@ -88,8 +92,20 @@ struct NamedBuffer {
 // kernels read their inputs while they write, in tiles and out of order, so an output over an
 // input gave wrong values without any error (gemm with C = A, a dense layer's Y = X). Views of one
 // allocation that interleave without sharing an element (column blocks of one matrix) pass.
-void expect_disjoint(const char *kernel, const std::vector<NamedBuffer> &outputs,
-                     const std::vector<NamedBuffer> &inputs);
+// Arguments whose buffer is null are skipped. The lists are braced lists or arrays, never vectors:
+// every kernel call checks its arguments, and the plugin calls the cost model thousands of times
+// a second.
+void expect_disjoint(const char *kernel, const NamedBuffer *outputs, std::size_t num_outputs,
+                     const NamedBuffer *inputs, std::size_t num_inputs);
+inline void expect_disjoint(const char *kernel, std::initializer_list<NamedBuffer> outputs,
+                            std::initializer_list<NamedBuffer> inputs) {
+  expect_disjoint(kernel, outputs.begin(), outputs.size(), inputs.begin(), inputs.size());
+}
+template <std::size_t N>
+void expect_disjoint(const char *kernel, std::initializer_list<NamedBuffer> outputs,
+                     const std::array<NamedBuffer, N> &inputs) {
+  expect_disjoint(kernel, outputs.begin(), outputs.size(), inputs.data(), N);
+}
 // Whether two buffers view the same elements in the same layout (an elementwise kernel may write
 // such an output over its input).
 bool same_view(const halide_buffer_t *a, const halide_buffer_t *b);

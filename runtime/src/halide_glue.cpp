@@ -158,9 +158,10 @@ bool same_view(const halide_buffer_t *a, const halide_buffer_t *b) {
   return true;
 }
 
-void expect_disjoint(const char *kernel, const std::vector<NamedBuffer> &outputs,
-                     const std::vector<NamedBuffer> &inputs) {
-  for (auto out = outputs.begin(); out != outputs.end(); ++out) {
+void expect_disjoint(const char *kernel, const NamedBuffer *outputs, std::size_t num_outputs,
+                     const NamedBuffer *inputs, std::size_t num_inputs) {
+  const NamedBuffer *outputs_end = outputs + num_outputs;
+  for (const NamedBuffer *out = outputs; out != outputs_end; ++out) {
     auto check = [&](const NamedBuffer &other) {
       if (out->buffer && other.buffer && overlap(out->buffer, other.buffer)) {
         throw Error(std::string(kernel) + ": argument '" + out->name +
@@ -168,10 +169,10 @@ void expect_disjoint(const char *kernel, const std::vector<NamedBuffer> &outputs
                     "'; the kernel would overwrite what it still reads (pass a separate output)");
       }
     };
-    for (auto other = std::next(out); other != outputs.end(); ++other)
+    for (const NamedBuffer *other = out + 1; other != outputs_end; ++other)
       check(*other);
-    for (const NamedBuffer &in : inputs)
-      check(in);
+    for (const NamedBuffer *in = inputs; in != inputs + num_inputs; ++in)
+      check(*in);
   }
 }
 

@@ -1,14 +1,18 @@
 // PatchGeometry's validation. Outside the kernel's dispatch file: the K-FAC library checks layer
 // tags with it in builds without the patch covariance kernel group too.
 #include <limits>
+#include <string>
+#include <string_view>
 
 #include "hkfac/error.h"
 #include "hkfac/kernels/patch_covariance.h"
 
 namespace hkfac::kernels {
 
-void PatchGeometry::validate(const std::string &what, long long examples) const {
-  auto fail = [&](const std::string &why) { throw Error(what + ": patch geometry: " + why); };
+void PatchGeometry::validate(std::string_view what, long long examples) const {
+  auto fail = [&](const std::string &why) {
+    throw Error(std::string(what) + ": patch geometry: " + why);
+  };
   auto at_least = [&](const char *field, int value, int min) {
     if (value < min) {
       fail(std::string(field) + " must be >= " + std::to_string(min) + ", got " +

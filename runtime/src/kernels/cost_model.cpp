@@ -2,8 +2,10 @@
 #include "hkfac/kernels/cost_model.h"
 
 #include <algorithm>
+#include <array>
 #include <cmath>
 #include <cstddef>
+#include <initializer_list>
 #include <sstream>
 #include <vector>
 
@@ -24,36 +26,51 @@ namespace {
 
 constexpr int kHead1 = 8, kHead2 = 24, kConv1 = 32, kRows = 40, kTypes = 7;
 
-std::string describe_extents(const std::vector<int> &extents) {
+// Shapes are compared without building vectors: the plugin checks a dozen arguments on each of
+// thousands of calls a second, and only an error needs the shapes as text.
+std::string describe_extents(const int *extents, size_t n) {
   std::ostringstream os;
   os << "(";
-  for (size_t d = 0; d < extents.size(); d++)
+  for (size_t d = 0; d < n; d++)
     os << (d ? ", " : "") << extents[d];
   os << ")";
   return os.str();
 }
 
-std::vector<int> extents_of(const halide_buffer_t *b) {
+std::string describe_extents(std::initializer_list<int> extents) {
+  return describe_extents(extents.begin(), extents.size());
+}
+
+std::string describe_extents(const halide_buffer_t *b) {
   std::vector<int> e;
   for (int d = 0; d < b->dimensions; d++)
     e.push_back(b->dim[d].extent);
-  return e;
+  return describe_extents(e.data(), e.size());
 }
 
-bool has_shape(const halide_buffer_t *b, const std::vector<int> &extents) {
-  return b != nullptr && (b->host != nullptr || b->device != 0) && extents_of(b) == extents;
+bool has_shape(const halide_buffer_t *b, std::initializer_list<int> extents) {
+  if (b == nullptr || (b->host == nullptr && b->device == 0) ||
+      b->dimensions != int(extents.size())) {
+    return false;
+  }
+  int d = 0;
+  for (int e : extents) {
+    if (b->dim[d++].extent != e)
+      return false;
+  }
+  return true;
 }
 
 // Throws naming the argument, the expected and the found shape (Halide order, dim 0 first).
-void expect_shape(const halide_buffer_t *b, const std::vector<int> &extents, const char *kernel,
+void expect_shape(const halide_buffer_t *b, std::initializer_list<int> extents, const char *kernel,
                   const char *arg) {
   if (b == nullptr || (b->host == nullptr && b->device == 0)) {
     throw Error(std::string(kernel) + ": argument '" + arg + "' is an empty buffer, expected " +
                 "shape " + describe_extents(extents));
   }
   if (!has_shape(b, extents)) {
-    throw Error(std::string(kernel) + ": argument '" + arg + "' has shape " +
-                describe_extents(extents_of(b)) + ", expected " + describe_extents(extents));
+    throw Error(std::string(kernel) + ": argument '" + arg + "' has shape " + describe_extents(b) +
+                ", expected " + describe_extents(extents));
   }
   detail::expect_layout(b, kernel, arg);
 }
@@ -73,7 +90,7 @@ Shape check_inputs(const Buffer<float> &pipeline_features, const Buffer<float> &
     throw Error(std::string(k) +
                 ": argument 'schedule_features' must be 3-D (batch, S, stages), "
                 "got shape " +
-                describe_extents(extents_of(sf)));
+                describe_extents(sf));
   }
   detail::expect_layout(sf, k, "schedule_features");
   const Shape s{sf->dim[0].extent, sf->dim[1].extent, sf->dim[2].extent};
@@ -84,7 +101,7 @@ Shape check_inputs(const Buffer<float> &pipeline_features, const Buffer<float> &
   }
   if (s.batch < 1 || s.stages < 1) {
     throw Error(std::string(k) + ": argument 'schedule_features' has shape " +
-                describe_extents(extents_of(sf)) + ", expected batch and stages >= 1");
+                describe_extents(sf) + ", expected batch and stages >= 1");
   }
   if (num_cores < 1) {
     throw Error(std::string(k) + ": argument 'num_cores' must be >= 1, got " +
@@ -100,26 +117,28 @@ Shape check_inputs(const Buffer<float> &pipeline_features, const Buffer<float> &
   return s;
 }
 
-// The network's inputs as kernel arguments (for expect_disjoint), then `more`.
-std::vector<detail::NamedBuffer> model_inputs(const Buffer<float> &pipeline_features,
-                                              const Buffer<float> &schedule_features,
-                                              const CostModelWeights &w,
-                                              std::vector<detail::NamedBuffer> more = {}) {
-  std::vector<detail::NamedBuffer> in = {{pipeline_features.raw_buffer(), "pipeline_features"},
-                                         {schedule_features.raw_buffer(), "schedule_features"},
-                                         {w.head1_filter.raw_buffer(), "head1_filter"},
-                                         {w.head1_bias.raw_buffer(), "head1_bias"},
-                                         {w.head2_filter.raw_buffer(), "head2_filter"},
-                                         {w.head2_bias.raw_buffer(), "head2_bias"},
-                                         {w.conv1_filter.raw_buffer(), "conv1_filter"},
-                                         {w.conv1_bias.raw_buffer(), "conv1_bias"}};
-  in.insert(in.end(), more.begin(), more.end());
-  return in;
+// The network's inputs as kernel arguments (for expect_disjoint), then up to two more (a null
+// buffer where absent). An array, not a vector: the plugin predicts thousands of times a second.
+std::array<detail::NamedBuffer, 10> model_inputs(const Buffer<float> &pipeline_features,
+                                                 const Buffer<float> &schedule_features,
+                                                 const CostModelWeights &w,
+                                                 detail::NamedBuffer more0 = {nullptr, ""},
+                                                 detail::NamedBuffer more1 = {nullptr, ""}) {
+  return {{{pipeline_features.raw_buffer(), "pipeline_features"},
+           {schedule_features.raw_buffer(), "schedule_features"},
+           {w.head1_filter.raw_buffer(), "head1_filter"},
+           {w.head1_bias.raw_buffer(), "head1_bias"},
+           {w.head2_filter.raw_buffer(), "head2_filter"},
+           {w.head2_bias.raw_buffer(), "head2_bias"},
+           {w.conv1_filter.raw_buffer(), "conv1_filter"},
+           {w.conv1_bias.raw_buffer(), "conv1_bias"},
+           more0,
+           more1}};
 }
 
-void ensure_shape(Buffer<float> &b, const std::vector<int> &extents) {
+void ensure_shape(Buffer<float> &b, std::initializer_list<int> extents) {
   if (!has_shape(b.raw_buffer(), extents)) {
-    b = Buffer<float>(extents);
+    b = Buffer<float>(std::vector<int>(extents));
     fill(b, 0.0f);
   }
 }
@@ -277,8 +296,8 @@ void cost_model_train(const Buffer<float> &pipeline_features,
                            {out.conv1_input.raw_buffer(), "conv1_input"},
                            {out.conv1_out_grad.raw_buffer(), "conv1_out_grad"}},
                           model_inputs(pipeline_features, schedule_features, weights,
-                                       {{true_runtimes.raw_buffer(), "true_runtimes"},
-                                        {cotangent.raw_buffer(), "cotangent"}}));
+                                       {true_runtimes.raw_buffer(), "true_runtimes"},
+                                       {cotangent.raw_buffer(), "cotangent"}));
 
   detail::AlignedArgs args(dev);
   halide_buffer_t *pf = args.in(pipeline_features), *sf = args.in(schedule_features),

@@ -2,6 +2,7 @@
 #pragma once
 
 #include <string>
+#include <string_view>
 
 #include "hkfac/buffer.h"
 #include "hkfac/device.h"
@@ -29,7 +30,9 @@ struct PatchGeometry {
   // Throws hkfac::Error naming `what` and the first field out of range: sizes and kernel >= 1,
   // strides >= 1, padding >= 0, the kernel no larger than the padded image, and the patch matrix
   // of `examples` images addressable with 32-bit indices (examples = 0 skips that check).
-  void validate(const std::string &what, long long examples = 0) const;
+  // A view, not a std::string: the dispatch validates on every call, with a name too long for a
+  // string's inline buffer.
+  void validate(std::string_view what, long long examples = 0) const;
 };
 
 // C <- a*C + b*P̄ᵀP̄ in place, P the patches of `images` (examples x geometry.image_size()) and
