@@ -193,7 +193,9 @@ void check_flags() {
     hkfac::apps::require_readable_input("--data_dir", images_file(dir, split));
     hkfac::apps::require_readable_input("--data_dir", labels_file(dir, split));
   }
-  hkfac::apps::require_writable_output("--csv", absl::GetFlag(FLAGS_csv));
+  // Streamed: each row is written as it comes.
+  hkfac::apps::require_writable_output("--csv", absl::GetFlag(FLAGS_csv),
+                                       hkfac::apps::OutputWrite::streamed);
 }
 
 int run() {

@@ -64,29 +64,39 @@ std::optional<int> parse_int(const std::string &text) {
   return v;
 }
 
-void require_writable_output(const std::string &flag, const std::string &path) {
+void require_writable_output(const std::string &flag, const std::string &path, OutputWrite how) {
   const std::string shown = flag + "=" + path;
   if (path.empty())
     throw Error(flag + " is empty; it needs a file path");
   if (path.back() == '/')
     throw Error(shown + ": names a directory; " + flag + " needs a file path");
+  // The common mistakes first, in the flag's words.
   struct stat st;
   if (::stat(path.c_str(), &st) == 0) {
     if (S_ISDIR(st.st_mode))
       throw Error(shown + ": is a directory; " + flag + " needs a file path");
-    if (::access(path.c_str(), W_OK) != 0)
+    if (how == OutputWrite::streamed && ::access(path.c_str(), W_OK) != 0)
       throw Error(shown + ": cannot write: " + errno_text(errno));
-    return;
-  }
-  if (errno != ENOENT)
+  } else if (errno == ENOENT) {
+    const std::string dir = directory_of(path);
+    if (::stat(dir.c_str(), &st) != 0)
+      throw Error(shown + ": directory " + dir + ": " + errno_text(errno));
+    if (!S_ISDIR(st.st_mode))
+      throw Error(shown + ": " + dir + " is not a directory");
+    if (how == OutputWrite::streamed && ::access(dir.c_str(), W_OK | X_OK) != 0)
+      throw Error(shown + ": cannot create a file in " + dir + ": " + errno_text(errno));
+  } else {
     throw Error(shown + ": " + errno_text(errno));
-  const std::string dir = directory_of(path);
-  if (::stat(dir.c_str(), &st) != 0)
-    throw Error(shown + ": directory " + dir + ": " + errno_text(errno));
-  if (!S_ISDIR(st.st_mode))
-    throw Error(shown + ": " + dir + " is not a directory");
-  if (::access(dir.c_str(), W_OK | X_OK) != 0)
-    throw Error(shown + ": cannot create a file in " + dir + ": " + errno_text(errno));
+  }
+  // A replaced file then passes the writer's own check, so what it would refuse after a long run
+  // (a device or a FIFO, a read-only file, a directory that takes no new file) is refused now.
+  if (how == OutputWrite::replaced) {
+    try {
+      detail::check_replaceable(path);
+    } catch (const Error &e) {
+      throw Error(flag + ": " + e.what());
+    }
+  }
 }
 
 void require_readable_input(const std::string &flag, const std::string &path) {

@@ -22,10 +22,15 @@ bool finite_float(double v);
 // empty text, nothing out of int range.
 std::optional<int> parse_int(const std::string &text);
 
+// How an app writes an output: replaced whole at the end (write_file_checked, a rename over the
+// old file), or streamed into the opened file as results come (where a FIFO or /dev/stdout works).
+enum class OutputWrite { replaced, streamed };
 // Throws hkfac::Error naming `flag` and the reason unless a file can be written at `path`: it is
 // not a directory, its directory exists and takes new files, and a file already there is
-// writable. For checking outputs before the work whose results go there.
-void require_writable_output(const std::string &flag, const std::string &path);
+// writable; a replaced output must also be a regular file or absent (write_file_checked's own
+// check, detail::check_replaceable). For checking outputs before the work whose results go there.
+void require_writable_output(const std::string &flag, const std::string &path,
+                             OutputWrite how = OutputWrite::replaced);
 // Throws hkfac::Error "<flag>: <path>: <reason>" unless `path` (the flag's value or a file it
 // leads to) is a readable file.
 void require_readable_input(const std::string &flag, const std::string &path);
