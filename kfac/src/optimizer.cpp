@@ -161,8 +161,10 @@ Optimizer::Resolved Optimizer::resolve(const StepValues &values) const {
       throw Error("learning_rate: use_adaptive_learning_rate is on; pass no per-step value");
     }
   } else {
+    // Non-negative: the update is Δ = -learning_rate · u + momentum · v, so a negative rate
+    // climbs the loss (the apps refuse one too).
     r.learning_rate = schedule_or_value(options_.learning_rate_schedule, values.learning_rate,
-                                        step_, "learning_rate", false);
+                                        step_, "learning_rate", true);
   }
   if (options_.use_adaptive_momentum) {
     if (values.momentum) {

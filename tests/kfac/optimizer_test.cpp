@@ -432,6 +432,8 @@ TEST(kfacOptimizer, BadStepValuesAreErrorsBeforeAnyStateChanges) {
   const Case cases[] = {
       {values(nan, 0.0, 1e-2), false, "learning_rate: StepValues::learning_rate is nan"},
       {values(inf, 0.0, 1e-2), false, "learning_rate: StepValues::learning_rate is inf"},
+      {values(-0.1, 0.0, 1e-2), false,
+       "learning_rate: StepValues::learning_rate is -0.1; need a finite value >= 0"},
       {values(0.1, nan, 1e-2), false, "momentum: StepValues::momentum is nan"},
       {values(0.1, 0.0, nan), false, "damping: StepValues::damping is nan"},
       {values(0.1, 0.0, -1.0), false,

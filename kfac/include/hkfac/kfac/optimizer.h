@@ -54,7 +54,8 @@ struct OptimizerOptions {
   bool value_func_has_rng = false;
   // Each quantity comes from its schedule or from StepValues, never both (an error), unless it is
   // adaptive. The momentum is 0 on the first step whatever the schedule says. Each value must be
-  // finite within float range, and the damping >= 0: step() checks them before it changes any
+  // finite within float range, and the learning rate and the damping >= 0 (the update is
+  // Δ = -learning_rate · u + momentum · v): step() checks them before it changes any
   // state, with an hkfac::Error naming the value and where it came from.
   Schedule learning_rate_schedule;
   Schedule momentum_schedule;
