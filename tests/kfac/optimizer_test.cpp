@@ -4,6 +4,7 @@
 
 #include <atomic>
 #include <gtest/gtest.h>
+#include <stdexcept>
 
 #include "hkfac/error.h"
 #include "hkfac/kfac/blocks/dense_two_kronecker_factored.h"
@@ -543,6 +544,50 @@ TEST(kfacOptimizer, ZeroGradientIsAnAcceptedStepThatChangesNothing) {
     for (const Matrix &p : params)
       EXPECT_TRUE(p.isZero(0.0f));
   }
+}
+
+// A step is not a transaction: an exception after the curvature update (here the value function
+// throwing at θ + Δ, where adaptive damping evaluates rho) keeps that update, but leaves the
+// parameters, the velocity, the damping and the step count as they were, and the next step runs.
+TEST(kfacOptimizer, AnExceptionAtTheCandidateLeavesParametersVelocityAndStepCount) {
+  Regression r;
+  OptimizerOptions o = basic_options();
+  o.use_adaptive_damping = true;
+  o.damping_adaptation_interval = 1;
+  o.initial_damping = 1e-2;
+  int calls = 0, throw_at = -1;
+  ValueFunction value = [&](const Matrix &out, const Batch &batch, ValueContext &ctx) {
+    if (calls++ == throw_at)
+      throw std::runtime_error("value function failed at the candidate");
+    Regression::value(out, batch, ctx);
+  };
+  Optimizer opt(r.model, value, o);
+  StepValues v;
+  v.learning_rate = 0.1;
+  v.momentum = 0.5;
+  opt.step(r.params, r.source(), v); // burn-in and a first step
+  calls = 0;
+  ASSERT_TRUE(opt.step(r.params, r.source(), v).rho.has_value());
+  const int per_step = calls; // the last call of a step is rho's, at θ + Δ
+
+  const Params params = r.params, velocity = opt.velocity();
+  const double damping = opt.damping();
+  const int steps = opt.step_count(), updates = opt.curvature_updates();
+  calls = 0;
+  throw_at = per_step - 1;
+  EXPECT_THROW(opt.step(r.params, r.source(), v), std::runtime_error);
+  EXPECT_EQ(calls, per_step);
+  EXPECT_EQ(opt.step_count(), steps);
+  EXPECT_EQ(opt.damping(), damping);
+  EXPECT_EQ(opt.curvature_updates(), updates + 1); // kept, as documented
+  for (size_t i = 0; i < params.size(); ++i) {
+    EXPECT_EQ(r.params[i], params[i]) << "parameter " << i;
+    EXPECT_EQ(opt.velocity()[i], velocity[i]) << "velocity " << i;
+  }
+  throw_at = -1;
+  const StepStats st = opt.step(r.params, r.source(), v);
+  EXPECT_FALSE(st.rejected);
+  EXPECT_EQ(opt.step_count(), steps + 1);
 }
 
 // Debug mode runs the kernels on the calling thread while the optimizer works, and only then:

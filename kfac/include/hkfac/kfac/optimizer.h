@@ -192,6 +192,9 @@ struct StepStats {
 // NaN or Inf records, or finite ones whose products overflow float) are not finite is rejected
 // as a bad batch: nothing changes but the step count, since damping cannot mend data. On 3 bad
 // batches in a row the parameters themselves are broken and step() throws an hkfac::Error.
+// A step is not a transaction: an exception after step 3 (the value function throwing at θ+Δ,
+// say) keeps that curvature update, as one more EMA update from the batch, but leaves θ, v, the
+// damping and the step count as they were. Undoing it would need a copy of every factor.
 class Optimizer {
 public:
   Optimizer(Model &model, ValueFunction value_func, OptimizerOptions options);
