@@ -133,7 +133,7 @@ TEST(SerialKernels, KernelsGiveTheSameBitsInsideAndOutsideAScope) {
   for (const int d : {40, 257, 1001}) {
     Buffer<float> X = random_matrix(600, d, 3 + d);
     Buffer<float> C0 = random_symmetric(d + 1, 4 + d);
-    Buffer<float> pooled = C0.copy(), serial = C0.copy();
+    Buffer<float> pooled = copy_of(C0), serial = copy_of(C0);
     kernels::covariance_update(pooled, X, 0.95f, 0.05f, true, Device::cpu);
     {
       const SerialKernels scope;

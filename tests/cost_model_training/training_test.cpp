@@ -277,12 +277,12 @@ TEST(CostModelNet, BackwardEqualsTheTrainingKernelRunWithThatCotangent) {
   kernels::cost_model_train(p.pipeline_features, pack_schedule_features(p, schedules),
                             kernel_weights(w), 2, runtimes, cotangent, 0.0f, 0.0f, out);
   Weights grads = make_weights(S);
-  grads.head1_filter = out.grads.head1_filter.copy();
-  grads.head1_bias = out.grads.head1_bias.copy();
-  grads.head2_filter = out.grads.head2_filter.copy();
-  grads.head2_bias = out.grads.head2_bias.copy();
-  grads.conv1_filter = out.grads.conv1_filter.copy();
-  grads.conv1_bias = out.grads.conv1_bias.copy();
+  grads.head1_filter = copy_of(out.grads.head1_filter);
+  grads.head1_bias = copy_of(out.grads.head1_bias);
+  grads.head2_filter = copy_of(out.grads.head2_filter);
+  grads.head2_bias = copy_of(out.grads.head2_bias);
+  grads.conv1_filter = copy_of(out.grads.conv1_filter);
+  grads.conv1_bias = copy_of(out.grads.conv1_bias);
   const kfac::Params ref = params_from_weights(grads);
   for (size_t i = 0; i < g.size(); ++i) {
     EXPECT_LT((g[i] - ref[i]).norm(), 1e-4 * (1 + ref[i].norm())) << "parameter " << i;

@@ -13,6 +13,8 @@
 #include <algorithm>
 #include <cstddef>
 #include <string>
+#include <type_traits>
+#include <vector>
 
 #include "hkfac/error.h"
 
@@ -90,6 +92,20 @@ void copy_values(Halide::Runtime::Buffer<T> &dst, const Halide::Runtime::Buffer<
     }
   };
   detail::for_each_run(d, s, d.dimensions - 1, 0, 0, run);
+}
+
+// A new dense host buffer with `src`'s shape (mins kept) and values: Buffer::copy() without
+// Halide 14's for_each_value.
+template <typename T>
+Halide::Runtime::Buffer<std::remove_const_t<T>> copy_of(const Halide::Runtime::Buffer<T> &src) {
+  std::vector<int> extents(src.dimensions());
+  for (int i = 0; i < src.dimensions(); ++i)
+    extents[i] = src.dim(i).extent();
+  Halide::Runtime::Buffer<std::remove_const_t<T>> out(extents);
+  for (int i = 0; i < src.dimensions(); ++i)
+    out.raw_buffer()->dim[i].min = src.dim(i).min();
+  copy_values(out, src);
+  return out;
 }
 
 } // namespace hkfac
