@@ -20,13 +20,7 @@ namespace {
 
 using namespace kernels;
 
-Buffer<float> random_buffer(std::vector<int> extents, unsigned seed) {
-  Buffer<float> b(extents);
-  std::mt19937 rng(seed);
-  std::uniform_real_distribution<float> u(0.0f, 1.0f);
-  for_each_value(b, [&](float &x) { x = u(rng); });
-  return b;
-}
+using testing::random_buffer;
 
 // A view one float into a larger allocation: not 64-byte aligned, so every call stages it
 // through the calling thread's aligned blocks.
@@ -52,7 +46,7 @@ bool same_bits(const Buffer<float> &a, const Buffer<float> &b) {
 }
 
 // One caller's work: a cost-model batch of its own size (1 is padded per thread), a product from
-// unaligned operands and a covariance update, each repeated; the results of the last round.
+// unaligned operands and a covariance update, each repeated.
 struct Work {
   Buffer<float> pf, sf, predictions;
   CostModelWeights w;
@@ -61,16 +55,10 @@ struct Work {
 
   Work(int batch, unsigned seed)
       : pf(random_buffer({40, 7, 6}, seed)), sf(random_buffer({batch, 39, 6}, seed + 1)),
-        predictions(batch), a(37, 50, seed + 2), b(50, 21, seed + 3), c(make_matrix<float>(37, 21)),
+        predictions(batch), w(testing::random_cost_model_weights(seed + 5)), a(37, 50, seed + 2),
+        b(50, 21, seed + 3), c(make_matrix<float>(37, 21)),
         x(testing::random_matrix(64, 33 + batch, seed + 4)),
-        cov(make_matrix<float>(34 + batch, 34 + batch)) {
-    w.head1_filter = random_buffer({8, 40, 7}, seed + 5);
-    w.head1_bias = random_buffer({8}, seed + 6);
-    w.head2_filter = random_buffer({24, 39}, seed + 7);
-    w.head2_bias = random_buffer({24}, seed + 8);
-    w.conv1_filter = random_buffer({32, 32}, seed + 9);
-    w.conv1_bias = random_buffer({32}, seed + 10);
-  }
+        cov(make_matrix<float>(34 + batch, 34 + batch)) {}
   // Runs `rounds` rounds and returns how many gave other bits than `reference`'s (every round is
   // checked: a later round would overwrite an earlier round's damage).
   int run(int rounds, const Work *reference = nullptr) {

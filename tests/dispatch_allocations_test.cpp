@@ -61,7 +61,13 @@ namespace hkfac {
 namespace {
 
 using namespace kernels;
+using testing::random_buffer;
 using testing::random_matrix;
+
+// Positive values: the diagonal kernels divide by d + γ, the eigen route by λ_A λ_Gᵀ + γ.
+Buffer<float> random_vector(int n, unsigned seed) {
+  return testing::random_vector(n, seed, 0.1f, 1.0f);
+}
 
 // Operator-new calls made by `call` on its third to fifth run: the first runs may fill per-thread
 // caches (the cost model's padded batch, the staging blocks) and start Halide's thread pool.
@@ -74,22 +80,6 @@ template <typename F> long allocations_per_call(F &&call) {
     call();
   g_counting = false;
   return g_allocations.load();
-}
-
-Buffer<float> random_vector(int n, unsigned seed) {
-  Buffer<float> v = make_vector<float>(n);
-  std::mt19937 rng(seed);
-  std::uniform_real_distribution<float> u(0.1f, 1.0f);
-  for_each_value(v, [&](float &x) { x = u(rng); });
-  return v;
-}
-
-Buffer<float> random_buffer(std::vector<int> extents, unsigned seed) {
-  Buffer<float> b(extents);
-  std::mt19937 rng(seed);
-  std::uniform_real_distribution<float> u(0.0f, 1.0f);
-  for_each_value(b, [&](float &x) { x = u(rng); });
-  return b;
 }
 
 class DispatchAllocations : public ::testing::Test {
@@ -159,13 +149,7 @@ TEST_F(DispatchAllocations, LayerAndDiagonalKernels) {
 // The plugin's case: small batches (padded to a vector inside the dispatch) and a search-sized one.
 TEST_F(DispatchAllocations, CostModel) {
   const int stages = 5;
-  CostModelWeights w;
-  w.head1_filter = random_buffer({8, 40, 7}, 1);
-  w.head1_bias = random_buffer({8}, 2);
-  w.head2_filter = random_buffer({24, 39}, 3);
-  w.head2_bias = random_buffer({24}, 4);
-  w.conv1_filter = random_buffer({32, 32}, 5);
-  w.conv1_bias = random_buffer({32}, 6);
+  const CostModelWeights w = testing::random_cost_model_weights(1);
   Buffer<float> pf = random_buffer({40, 7, stages}, 7);
   for (int batch : {1, 16}) {
     SCOPED_TRACE(batch);

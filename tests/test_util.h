@@ -11,6 +11,7 @@
 #include "hkfac/buffer.h"
 #include "hkfac/device.h"
 #include "hkfac/error.h"
+#include "hkfac/kernels/cost_model.h"
 
 namespace hkfac::testing {
 
@@ -44,6 +45,28 @@ inline Buffer<float> random_vector(int n, unsigned seed, float lo = -1.0f, float
   std::uniform_real_distribution<float> u(lo, hi);
   hkfac::for_each_value(b, [&](float &v) { v = u(rng); });
   return b;
+}
+
+// A buffer of any shape (Halide order, dim 0 first) of uniform values in [lo, hi].
+inline Buffer<float> random_buffer(const std::vector<int> &extents, unsigned seed, float lo = 0.0f,
+                                   float hi = 1.0f) {
+  Buffer<float> b(extents);
+  std::mt19937 rng(seed);
+  std::uniform_real_distribution<float> u(lo, hi);
+  hkfac::for_each_value(b, [&](float &v) { v = u(rng); });
+  return b;
+}
+
+// Cost-model weights of the kernels' shapes for S = 39, uniform in [0, 1], from seeds seed..seed+5.
+inline kernels::CostModelWeights random_cost_model_weights(unsigned seed) {
+  kernels::CostModelWeights w;
+  w.head1_filter = random_buffer({8, 40, 7}, seed);
+  w.head1_bias = random_buffer({8}, seed + 1);
+  w.head2_filter = random_buffer({24, 39}, seed + 2);
+  w.head2_bias = random_buffer({24}, seed + 3);
+  w.conv1_filter = random_buffer({32, 32}, seed + 4);
+  w.conv1_bias = random_buffer({32}, seed + 5);
+  return w;
 }
 
 // A copy of a buffer's contents as a double-precision Eigen matrix (the reference's precision).
