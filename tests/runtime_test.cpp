@@ -81,8 +81,9 @@ TEST(Buffers, ValueLoopsVisitEveryElementOnceInStorageOrder) {
       for (int x = 0; x < 5; ++x) {
         const bool inside = x >= 1 && x < 4 && y >= 2;
         changed += b(x, y, z) == -1.0f;
-        if (!inside)
+        if (!inside) {
           EXPECT_EQ(b(x, y, z), static_cast<float>(x + 5 * (y + 4 * z)));
+        }
       }
   EXPECT_EQ(changed, 3 * 2 * 3);
 
