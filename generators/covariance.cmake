@@ -7,6 +7,12 @@ hkfac_add_kernel(covariance_update_small FROM hkfac_gen_covariance
                  GENERATOR hkfac_covariance_update PARAMS tiled=false)
 hkfac_add_kernel(covariance_update_wide CPU_ONLY FROM hkfac_gen_covariance
                  GENERATOR hkfac_covariance_update PARAMS tile=48)
+# The same two tiled forms writing only the upper triangle (covariance_update_upper; the untiled
+# and narrow variants are cheap enough to write both and serve it as they are).
+hkfac_add_kernel(covariance_update_upper FROM hkfac_gen_covariance
+                 GENERATOR hkfac_covariance_update PARAMS upper_only=true)
+hkfac_add_kernel(covariance_update_wide_upper CPU_ONLY FROM hkfac_gen_covariance
+                 GENERATOR hkfac_covariance_update PARAMS tile=48 upper_only=true)
 # X narrower than one CPU vector, its rows read in place as whole vectors (covariance_narrow.cpp):
 # the dispatch's kCpuFloatLanes.
 add_halide_generator(hkfac_gen_covariance_narrow SOURCES covariance_narrow.cpp)

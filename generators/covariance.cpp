@@ -1,4 +1,5 @@
-// Covariance (K-FAC factor) update: C <- a*C + b*X̄ᵀX̄, one triangle computed, mirrored exactly.
+// Covariance (K-FAC factor) update: C <- a*C + b*X̄ᵀX̄, one triangle computed, mirrored exactly
+// (upper_only: not mirrored, the upper triangle alone, as ssyrk writes it).
 // The algorithm and schedules are in covariance_tiles.h; this generator reads X from a matrix.
 #include "Halide.h"
 #include "covariance_tiles.h"
@@ -14,6 +15,8 @@ public:
   GeneratorParam<bool> tiled{"tiled", true};
   // Tile width on the CPU: hkfac::gen::kCovarianceTile, or kCovarianceWideTile for wide inputs.
   GeneratorParam<int> tile{"tile", hkfac::gen::kCovarianceTile};
+  // Write only the upper triangle, as ssyrk does (CovarianceTiles; tiled form only).
+  GeneratorParam<bool> upper_only{"upper_only", false};
 
   Input<Buffer<float>> c_in{"c_in", 2};
   Input<Buffer<float>> x{"x", 2};
@@ -28,7 +31,7 @@ public:
     const bool gpu = get_target().has_gpu_feature();
     hkfac::gen::CovarianceTiles cov(tiled, hkfac::gen::tile_width(tile, get_target()),
                                     gpu ? 0 : natural_vector_size<float>(), /*x_padded=*/false,
-                                    c_out, c_in, x, xbar, d, dx, n, a, b);
+                                    c_out, c_in, x, xbar, d, dx, n, a, b, upper_only);
 
     x.dim(0).set_min(0).dim(1).set_min(0);
     c_in.dim(0).set_min(0).dim(1).set_bounds(0, d);

@@ -126,13 +126,24 @@ public:
   // Defines `out` (the generator's output, passed as its Func) from c_in, X and the scalars,
   // with tiles `tile` wide (kCovarianceTile, or kCovarianceWideTile on the CPU); the untiled
   // form's blocks are `block_width` wide (the CPU's vector width; 0 on the GPU, which has none).
+  //
+  // `upper_only` (tiled form only) writes the upper triangle (column >= row) and the whole of
+  // the diagonal tiles, as ssyrk does, and no tile below them: the rest of the lower triangle
+  // keeps its old values. Upper entries read only upper entries of c_in, so whatever the lower
+  // triangle holds (even NaN) cannot reach them. A consumer that reads one triangle (a
+  // Cholesky, a symmetric eigensolver) needs no more, and at n = 128 the mirrored half's writes
+  // to C are what the update waits on (docs/RESULTS.md, "One triangle").
   CovarianceTiles(bool tiled, int tile, int block_width, bool x_padded, Halide::Func out,
                   Halide::Func c_in, Halide::Func x, Halide::Func xbar, Halide::Expr d,
-                  Halide::Expr dx, Halide::Expr n, Halide::Expr a, Halide::Expr b)
-      : result(std::move(out)), tiled_(tiled), tile_(tile), block_width_(block_width),
-        x_padded_(x_padded), c_in_(std::move(c_in)), d(std::move(d)), dx(std::move(dx)),
-        n(std::move(n)), a(std::move(a)), b(std::move(b)) {
+                  Halide::Expr dx, Halide::Expr n, Halide::Expr a, Halide::Expr b,
+                  bool upper_only = false)
+      : result(std::move(out)), tiled_(tiled), upper_only_(upper_only), tile_(tile),
+        block_width_(block_width), x_padded_(x_padded), c_in_(std::move(c_in)), d(std::move(d)),
+        dx(std::move(dx)), n(std::move(n)), a(std::move(a)), b(std::move(b)) {
     using namespace Halide;
+    if (upper_only && !tiled)
+      throw std::invalid_argument("upper_only needs the tiled form (the untiled one is small "
+                                  "enough to write both triangles)");
     k = RDom(0, this->n, "k");
     result(j, i) = undef<float>();
     if (tiled_) {
@@ -270,7 +281,8 @@ public:
     edge.compute_at(strip, co).vectorize(i, vec).unroll(i).unroll(c);
     edge.update().reorder(i, c, k).vectorize(i, vec).unroll(i).unroll(c);
     result.update(1).allow_race_conditions().parallel(strip_cols.y, 32);
-    result.update(2).allow_race_conditions().vectorize(strip_rows.x, vec);
+    if (!upper_only_)
+      result.update(2).allow_race_conditions().vectorize(strip_rows.x, vec);
   }
 
   void schedule_gpu() {
@@ -322,8 +334,10 @@ public:
     edge.update().gpu_tile(i, c, io, jo, iin, ji, 64, 4, TailStrategy::GuardWithIf);
     result.update(1).allow_race_conditions().gpu_tile(strip_cols.x, strip_cols.y, xo, yo, xi, yi, 4,
                                                       64, TailStrategy::GuardWithIf);
-    result.update(2).allow_race_conditions().gpu_tile(strip_rows.x, strip_rows.y, xo, yo, xi, yi,
-                                                      64, 4, TailStrategy::GuardWithIf);
+    if (!upper_only_) {
+      result.update(2).allow_race_conditions().gpu_tile(strip_rows.x, strip_rows.y, xo, yo, xi,
+                                                        yi, 64, 4, TailStrategy::GuardWithIf);
+    }
   }
 
 private:
@@ -331,6 +345,7 @@ private:
   // expensive X̄ (im2col) is evaluated once per element there.
   Halide::Func xpack{"xpack"};
   bool tiled_;
+  bool upper_only_;
   int tile_;
   int block_width_;
   bool x_padded_;
@@ -382,7 +397,8 @@ private:
     edge(i, c) = 0.0f;
     edge(i, c) += xpack(c, k, nt) * xpack(i % T, k, i / T);
 
-    tiles = RDom(0, T, 0, T, 0, 2, 0, nt * (nt + 1) / 2, "tiles");
+    // side 0 writes a pair's upper tile, side 1 its lower tile (none with upper_only).
+    tiles = RDom(0, T, 0, T, 0, upper_only_ ? 1 : 2, 0, nt * (nt + 1) / 2, "tiles");
     RVar u = tiles[0], v = tiles[1], side = tiles[2], p = tiles[3];
     auto [pi, pj] = tile_pair(p, nt);
     const Expr upper = side == 0;
@@ -399,7 +415,11 @@ private:
 
     strip_cols = RDom(0, d - c0, 0, d, "strip_cols");
     const Expr sx = strip_cols.x, sy = strip_cols.y;
+    if (upper_only_)
+      strip_cols.where(sy <= c0 + sx);
     result(c0 + sx, sy) = a * c_in_(c0 + sx, sy) + b * edge(sy, sx);
+    if (upper_only_)
+      return; // the strip's rows left of it are below the diagonal
     strip_rows = RDom(0, c0, 0, d - c0, "strip_rows");
     result(strip_rows.x, c0 + strip_rows.y) =
         a * c_in_(strip_rows.x, c0 + strip_rows.y) + b * edge(strip_rows.x, strip_rows.y);

@@ -1,6 +1,9 @@
 // Covariance update against a double-precision Eigen reference, on CPU and (when present) CUDA.
 #include "hkfac/kernels/covariance.h"
 
+#include <cstring>
+#include <limits>
+
 #include "test_util.h"
 
 namespace hkfac {
@@ -200,6 +203,64 @@ TEST_P(CovarianceKernels, LongBatchesMatchEigen) {
   }
 }
 
+// covariance_update_upper: the upper triangle (column >= row) as the full update computes it,
+// bit for bit, and against the reference, with NaN in C's strictly lower triangle on entry (the
+// upper entries must not read it). Widths on every variant: narrow, untiled, both sides of the
+// CPU's tiled (160) and wide (480) switches with and without a strip; batches inside one chunk of
+// the tile products, one row past it, and past the dispatch's 1024-row reduction blocks.
+TEST_P(CovarianceKernels, UpperTriangleMatchesTheFullUpdateWhateverTheLowerHolds) {
+  const Device dev = GetParam();
+  HKFAC_SKIP_IF_UNAVAILABLE(dev);
+  struct Shape {
+    int d, n;
+  };
+  for (Shape s : {Shape{1, 5}, {7, 129}, {20, 5}, {33, 129}, {129, 5}, {161, 129}, {479, 5},
+                  {481, 129}, {528, 5}, {1001, 128}, {45, 2 * 1024 + 37}}) {
+    for (bool homogeneous : {false, true}) {
+      const int dc = s.d + (homogeneous ? 1 : 0);
+      Buffer<float> x = random_matrix(s.n, s.d, 3 * s.d + s.n);
+      Buffer<float> full = random_symmetric(dc, s.d + 2 * s.n);
+      const Eigen::MatrixXd ref = reference(to_eigen_d(full), to_eigen_d(x), 0.9, 0.3, homogeneous);
+      Buffer<float> upper = copy_of(full);
+      for (int i = 0; i < dc; ++i) {
+        for (int j = 0; j < i; ++j)
+          upper(j, i) = std::numeric_limits<float>::quiet_NaN(); // row i, column j < i
+      }
+      kernels::covariance_update(full, x, 0.9f, 0.3f, homogeneous, dev);
+      kernels::covariance_update_upper(upper, x, 0.9f, 0.3f, homogeneous, dev);
+      to_host(full);
+      to_host(upper);
+      Eigen::MatrixXd got = to_eigen_d(upper);
+      got.triangularView<Eigen::StrictlyLower>() = ref.triangularView<Eigen::StrictlyLower>();
+      const std::string what = "d=" + std::to_string(s.d) + " n=" + std::to_string(s.n) +
+                               " homogeneous=" + std::to_string(homogeneous);
+      EXPECT_LT(rel_error(got, ref), 2e-6 * std::sqrt(double(s.n))) << what;
+      int differing = 0;
+      for (int i = 0; i < dc; ++i) {
+        for (int j = i; j < dc; ++j)
+          differing += std::memcmp(&upper(j, i), &full(j, i), sizeof(float)) != 0;
+      }
+      EXPECT_EQ(differing, 0) << what << ": upper entries not bitwise equal to the full update's";
+    }
+  }
+}
+
+// At n = 128 the tiled upper form leaves the tiles below the diagonal alone: the point of it.
+TEST_P(CovarianceKernels, UpperUpdateOfALargeFactorLeavesTheLowerTilesAsTheyWere) {
+  const Device dev = GetParam();
+  HKFAC_SKIP_IF_UNAVAILABLE(dev);
+  const int d = 600;
+  Buffer<float> x = random_matrix(128, d, 4);
+  Buffer<float> c = make_matrix<float>(d + 1, d + 1);
+  fill(c, -7.0f);
+  kernels::covariance_update_upper(c, x, 0.5f, 1.0f, true, dev);
+  to_host(c);
+  // Row d, the ones row, is below the diagonal everywhere left of the corner, and more than a
+  // tile below it in its first columns.
+  EXPECT_EQ(c(0, d), -7.0f);
+  EXPECT_NE(c(d, 0), -7.0f); // its mirror, the ones column, was written
+}
+
 TEST(CovarianceKernelsErrors, ShapeMismatchNamesTheArgument) {
   auto expect_names = [](Buffer<float> &c, const Buffer<float> &x, bool homogeneous,
                          const std::string &arg) {
@@ -208,6 +269,14 @@ TEST(CovarianceKernelsErrors, ShapeMismatchNamesTheArgument) {
       FAIL() << "expected hkfac::Error for '" << arg << "'";
     } catch (const Error &e) {
       EXPECT_NE(std::string(e.what()).find("'" + arg + "'"), std::string::npos) << e.what();
+    }
+    try {
+      kernels::covariance_update_upper(c, x, 1.0f, 1.0f, homogeneous, Device::cpu);
+      FAIL() << "expected hkfac::Error for '" << arg << "' (upper)";
+    } catch (const Error &e) {
+      const std::string m = e.what();
+      EXPECT_NE(m.find("'" + arg + "'"), std::string::npos) << m;
+      EXPECT_NE(m.find("covariance_update_upper"), std::string::npos) << m;
     }
   };
   Buffer<float> x = make_matrix<float>(10, 4);

@@ -1,4 +1,5 @@
-// Covariance (factor) update vs OpenBLAS ssyrk (the anchor) vs Eigen's rank update.
+// Covariance (factor) update vs OpenBLAS ssyrk (the anchor) vs Eigen's rank update; also the
+// kernel's upper-triangle form, which writes what ssyrk writes.
 #include <cblas.h>
 
 #include <Eigen/Core>
@@ -36,6 +37,7 @@ hkfac::bench::Case make_case(Shape s) {
     auto x = std::make_shared<Buffer<float>>(hkfac::make_matrix<float>(n, dx));
     hkfac::for_each_value(*x, [&](float &v) { v = u(rng); });
     auto cov = std::make_shared<Buffer<float>>(hkfac::make_matrix<float>(d, d));
+    auto cov_upper = std::make_shared<Buffer<float>>(hkfac::make_matrix<float>(d, d));
     // OpenBLAS and Eigen get X̄ materialised (they have no implicit ones column).
     auto xbar = std::make_shared<RowMajor>(RowMajor::Ones(n, d));
     xbar->leftCols(dx) = hkfac::as_eigen(*x);
@@ -52,7 +54,8 @@ hkfac::bench::Case make_case(Shape s) {
            cblas_ssyrk(CblasRowMajor, CblasUpper, CblasTrans, d, n, b, xbar->data(), d, a,
                        c_blas->data(), d);
          }},
-        {"eigen", [=] {
+        {"eigen",
+         [=] {
            *c_eigen *= a;
            c_eigen->selfadjointView<Eigen::Upper>().rankUpdate(xbar->transpose(), b);
          }}};
@@ -73,6 +76,12 @@ hkfac::bench::Case make_case(Shape s) {
                                   a, c_blas_padded->data(), ld);
                     }});
     }
+    // The kernel writing ssyrk's triangle alone, as the K-FAC library's dense blocks call it:
+    // the same output as the anchor's.
+    cs.push_back({"halide, upper triangle", [=] {
+                    hkfac::kernels::covariance_update_upper(*cov_upper, *x, a, b, s.homogeneous,
+                                                            hkfac::bench::device());
+                  }});
     if (hkfac::bench::cublas::enabled()) {
       namespace cublas = hkfac::bench::cublas;
       auto dx = std::make_shared<cublas::DeviceArray>(xbar->data(), size_t(n) * d);

@@ -9,10 +9,13 @@
 #include "hkfac_k_covariance_update_cpu.h"
 #include "hkfac_k_covariance_update_narrow_cpu.h"
 #include "hkfac_k_covariance_update_small_cpu.h"
+#include "hkfac_k_covariance_update_upper_cpu.h"
 #include "hkfac_k_covariance_update_wide_cpu.h"
+#include "hkfac_k_covariance_update_wide_upper_cpu.h"
 #if HKFAC_HAVE_CUDA
 #include "hkfac_k_covariance_update_cuda.h"
 #include "hkfac_k_covariance_update_small_cuda.h"
+#include "hkfac_k_covariance_update_upper_cuda.h"
 #endif
 
 namespace hkfac::kernels {
@@ -44,9 +47,11 @@ bool flat_narrow_rows(const halide_buffer_t *x, halide_dimension_t *dim, halide_
 
 } // namespace
 
-void covariance_update(Buffer<float> &C, const Buffer<float> &X, float a, float b, bool homogeneous,
-                       Device dev) {
-  constexpr const char *k = "covariance_update";
+namespace {
+
+// Both public functions: the tiled forms differ (upper: one triangle), the small ones do not.
+void update(Buffer<float> &C, const Buffer<float> &X, float a, float b, bool homogeneous,
+            Device dev, bool upper, const char *k) {
   detail::expect_dims(C.raw_buffer(), 2, k, "C");
   detail::expect_dims(X.raw_buffer(), 2, k, "X");
   const int d = detail::cols_of(X.raw_buffer()) + (homogeneous ? 1 : 0);
@@ -65,11 +70,17 @@ void covariance_update(Buffer<float> &C, const Buffer<float> &X, float a, float 
           hkfac_k_covariance_update_narrow_cpu(c, &flat, cols, a_part, b, c),
           "covariance_update_narrow", dev);
     } else if (dev == Device::cpu && cols >= detail::kCovarianceWideFrom) {
-      detail::check_halide_result(hkfac_k_covariance_update_wide_cpu(c, rows, a_part, b, c),
-                                  "covariance_update_wide", dev);
+      detail::check_halide_result(
+          upper ? hkfac_k_covariance_update_wide_upper_cpu(c, rows, a_part, b, c)
+                : hkfac_k_covariance_update_wide_cpu(c, rows, a_part, b, c),
+          upper ? "covariance_update_wide_upper" : "covariance_update_wide", dev);
     } else if (cols >=
                (dev == Device::cpu ? detail::kCovarianceCpuTiledFrom : detail::kCovarianceTile)) {
-      HKFAC_RUN(covariance_update, dev, c, rows, a_part, b, c);
+      if (upper) {
+        HKFAC_RUN(covariance_update_upper, dev, c, rows, a_part, b, c);
+      } else {
+        HKFAC_RUN(covariance_update, dev, c, rows, a_part, b, c);
+      }
     } else {
       HKFAC_RUN(covariance_update_small, dev, c, rows, a_part, b, c);
     }
@@ -82,6 +93,18 @@ void covariance_update(Buffer<float> &C, const Buffer<float> &X, float a, float 
     run(x, a);
   }
   args.commit();
+}
+
+} // namespace
+
+void covariance_update(Buffer<float> &C, const Buffer<float> &X, float a, float b, bool homogeneous,
+                       Device dev) {
+  update(C, X, a, b, homogeneous, dev, false, "covariance_update");
+}
+
+void covariance_update_upper(Buffer<float> &C, const Buffer<float> &X, float a, float b,
+                             bool homogeneous, Device dev) {
+  update(C, X, a, b, homogeneous, dev, true, "covariance_update_upper");
 }
 
 } // namespace hkfac::kernels
