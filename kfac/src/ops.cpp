@@ -146,6 +146,19 @@ void covariance_update(Matrix &C, const Matrix &X, float a, float b, bool homoge
 #endif
 }
 
+void covariance_update_upper(Matrix &C, const Matrix &X, float a, float b, bool homogeneous) {
+#if HKFAC_KFAC_HAVE_COVARIANCE
+  expect_nonempty(X, "covariance_update_upper", "X");
+  const Eigen::Index d = X.cols() + (homogeneous ? 1 : 0);
+  expect_shape(C, d, d, "covariance_update_upper", "C");
+  OutputArg c(C, false, true);
+  kernels::covariance_update_upper(c.buffer, matrix_view(X), a, b, homogeneous);
+  c.commit("covariance_update_upper C");
+#else
+  covariance_update(C, X, a, b, homogeneous); // both triangles: more than asked
+#endif
+}
+
 // Row block K of a lower-triangular X is zero right of column (K+1)·b, so XᵀX is the sum over
 // row blocks of each block's Gram matrix in the top-left (K+1)·b square: in all about a third
 // of the covariance kernel's work over the whole of X. Blocks of 128 rows were the fastest of

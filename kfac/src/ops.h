@@ -26,6 +26,10 @@ void dense_backward(Matrix &dZ, Matrix &dX, Matrix &dW, Matrix &db, const Matrix
 // C <- a*C + b*X̄ᵀX̄ with X̄ = [X, 1] when `homogeneous`.
 void covariance_update(Matrix &C, const Matrix &X, float a, float b, bool homogeneous);
 
+// The same for C's upper triangle (column >= row), which reads only C's upper triangle; the
+// strictly lower one is unspecified afterwards (kernels::covariance_update_upper).
+void covariance_update_upper(Matrix &C, const Matrix &X, float a, float b, bool homogeneous);
+
 // C = XᵀX for a lower-triangular square X (what lies above its diagonal must be zero): the
 // inverse of a Cholesky factorisation, L⁻ᵀL⁻¹. C is resized.
 void lower_triangular_gram(Matrix &C, const Matrix &X);

@@ -104,6 +104,36 @@ MatrixXd kron(const MatrixXd &a, const MatrixXd &g) {
   return k;
 }
 
+// Layers wide enough for the tiled factor updates (and the wide tiles for G), which write the
+// sums' upper triangles only: the factors are the brute-force ones across an EMA step, and
+// exactly symmetric.
+TEST(kfacBlocks, WideDenseBlockFactorsMatchBruteForceAcrossEmaSteps) {
+  TagFixture f = dense_fixture(299, 500, true, 3);
+  DenseTwoKroneckerFactored block(f.tag, f.shapes, {});
+  block.init();
+  auto batch_stats = [&](const TagFixture &t, MatrixXd &A, MatrixXd &G) {
+    MatrixXd xbar(B, 300);
+    xbar.leftCols(299) = t.inputs.cast<double>();
+    xbar.col(299).setOnes();
+    A = xbar.transpose() * xbar / B;
+    G = MatrixXd::Zero(500, 500);
+    for (const Matrix &dy : t.grads)
+      G += dy.cast<double>().transpose() * dy.cast<double>() / B;
+  };
+  MatrixXd A1, G1, A2, G2;
+  batch_stats(f, A1, G1);
+  block.update_curvature_estimate(1.0f, 1.0f, batch_of(f));
+  TagFixture f2 = dense_fixture(299, 500, true, 4);
+  batch_stats(f2, A2, G2);
+  block.update_curvature_estimate(0.95f, 1.0f, batch_of(f2));
+  const MatrixXd A = (0.95 * A1 + A2) / 1.95, G = (0.95 * G1 + G2) / 1.95;
+  const Matrix a = block.factor_a(), g = block.factor_g();
+  EXPECT_LT(rel_err(a.cast<double>(), A), 1e-6);
+  EXPECT_LT(rel_err(g.cast<double>(), G), 1e-6);
+  EXPECT_TRUE(a == a.transpose());
+  EXPECT_TRUE(g == g.transpose());
+}
+
 TEST(kfacBlocks, DenseBlockCurvatureIsKroneckerProductOfBruteForceFactors) {
   for (bool bias : {true, false}) {
     TagFixture f = dense_fixture(3, 4, bias, 1);
@@ -221,10 +251,13 @@ TEST(kfacBlocks, ReadOnlyStateViewShowsTheMembersRestoringWrites) {
     EXPECT_EQ(seen.matrices[i].inverse, live.matrices[i].inverse);
     EXPECT_EQ(seen.matrices[i].optional, live.matrices[i].optional);
   }
-  // The A sum is the estimate times the moving-average weight (here one update of weight 1).
+  // The A sum is the estimate times the moving-average weight (here one update of weight 1), in
+  // its upper triangle (the dense updates write that one alone).
   ASSERT_STREQ(seen.matrices[0].name, "a_sum");
-  const MatrixXd a_sum = seen.matrices[0].matrix->cast<double>();
-  EXPECT_LT(rel_err(a_sum, *seen.ema_weight * block.factor_a().cast<double>()), 1e-6);
+  const MatrixXd a_sum = seen.matrices[0].matrix->cast<double>().triangularView<Eigen::Upper>();
+  const MatrixXd a_upper =
+      (*seen.ema_weight * block.factor_a().cast<double>()).triangularView<Eigen::Upper>();
+  EXPECT_LT(rel_err(a_sum, a_upper), 1e-6);
 }
 
 // Factors wider than the inversion's blocks (64-column solves, 128-row Gram blocks), with

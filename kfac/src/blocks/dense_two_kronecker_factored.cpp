@@ -101,8 +101,23 @@ CurvatureBlock::OwnState DenseTwoKroneckerFactored::own_state() {
            {"g_inverse", &g_inv_, d_out_, d_out_, true, true}}};
 }
 
-Matrix DenseTwoKroneckerFactored::factor_a() const { return a_sum_ * inverse_weight(); }
-Matrix DenseTwoKroneckerFactored::factor_g() const { return g_sum_ * inverse_weight(); }
+namespace {
+
+// The sums are kept in their upper triangles (accumulate); the factors are symmetric.
+Matrix symmetric_from_upper(const Matrix &sum, float weight) {
+  Matrix m = sum.selfadjointView<Eigen::Upper>();
+  m *= weight;
+  return m;
+}
+
+} // namespace
+
+Matrix DenseTwoKroneckerFactored::factor_a() const {
+  return symmetric_from_upper(a_sum_, inverse_weight());
+}
+Matrix DenseTwoKroneckerFactored::factor_g() const {
+  return symmetric_from_upper(g_sum_, inverse_weight());
+}
 
 void DenseTwoKroneckerFactored::accumulate(float ema_old, float ema_new, const BlockBatch &batch) {
   const Eigen::Index rows = batch.output_grads.front().rows();
@@ -120,11 +135,14 @@ void DenseTwoKroneckerFactored::accumulate(float ema_old, float ema_new, const B
   // G averages over both. Weighting each batch by its own T keeps this right when T varies.
   const float per_example_a = ema_new / static_cast<float>(batch.batch_size);
   const float per_example = ema_new / static_cast<float>(rows);
+  // The sums' upper triangles are what the factors are read from (factor_a, factor_g): the
+  // dense updates write that triangle alone, which at large d and small batches skips half of
+  // the update's memory traffic. (The patch update writes both.)
   if (images) {
     ops::patch_covariance_update(a_sum_, *batch.inputs, *images, ema_old, per_example_a,
                                  tag().has_bias);
   } else {
-    ops::covariance_update(a_sum_, *batch.inputs, ema_old, per_example_a, tag().has_bias);
+    ops::covariance_update_upper(a_sum_, *batch.inputs, ema_old, per_example_a, tag().has_bias);
   }
   float decay = ema_old;
   for (const Matrix &ds : batch.output_grads) {
@@ -132,7 +150,7 @@ void DenseTwoKroneckerFactored::accumulate(float ema_old, float ema_new, const B
       fail("update_curvature_estimate: output gradients must have " + std::to_string(d_out_) +
            " columns");
     }
-    ops::covariance_update(g_sum_, ds, decay, per_example, false);
+    ops::covariance_update_upper(g_sum_, ds, decay, per_example, false);
     decay = 1.0f; // later passes add to this batch's contribution
   }
   if (options_.debug_checks && (!a_sum_.allFinite() || !g_sum_.allFinite())) {
