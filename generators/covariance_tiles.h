@@ -39,6 +39,14 @@ constexpr int kCovarianceWideTileAvx2 = 24;
 // the same change measured 7.1-8.5 -> 8.2-12.4 ms (d = 26, 100k patch rows, alternated runs),
 // the gathers of each 1024-row call between the parallel products.
 constexpr int kCovarianceUntiledParallelFrom = 200000;
+// ... and only from this many rows of X: the cores split the rows of blocks, each running all n
+// rows of X, and with fewer rows a task is too short for the pool's fixed cost. On a Zen 5 host
+// (about 5 µs a call there), back to back through hkfac::kernels against an hkfac::SerialKernels
+// scope, one core ran d = 40 with 128 rows 2.3x as fast as both, d = 64 and d = 100 with 128 rows
+// 1.7x and 1.25x (up to 1.28M n·dx²), while from 256 rows both cores were as fast or faster
+// (d = 64, 100, 150: 1.06-1.35x; d = 24 with 1000 rows 1.2x), except d = 40 at 256 rows (1.4x
+// slower; tied at 512).
+constexpr int kCovarianceUntiledParallelRows = 256;
 
 // The tile width a generator's `tile` parameter asks for, checked against the target. The GPU
 // schedule runs one thread per element of a 32-wide tile. The wide variant's tile depends on the
@@ -173,7 +181,9 @@ public:
       Stage pairs = gram.update();
       pairs.allow_race_conditions().vectorize(blocks[0]).unroll(blocks[1]).unroll(blocks[2]);
       if (parallel_untiled) {
-        pairs.specialize(dx >= vec && n * dx * dx >= kCovarianceUntiledParallelFrom)
+        pairs
+            .specialize(dx >= vec && n >= kCovarianceUntiledParallelRows &&
+                        n * dx * dx >= kCovarianceUntiledParallelFrom)
             .parallel(blocks[4]);
       }
       // Whole vectors of X: a plain vector load per block column (the narrow branch's selects

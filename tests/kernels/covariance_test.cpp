@@ -145,8 +145,8 @@ TEST_P(CovarianceKernels, WidthsAroundTheCpuTiledSwitchMatchEigen) {
   const Device dev = GetParam();
   HKFAC_SKIP_IF_UNAVAILABLE(dev);
   // On the CPU, X narrower than 160 columns takes the untiled variant, whose rows of blocks run
-  // on both cores from 200k n·d²: 5 rows stay on one core at every width here, 300 rows split
-  // from 26 columns; 159, 160 and 161 straddle the switch to the tiles.
+  // on both cores from 200k n·d² and 256 rows: 5 rows stay on one core at every width here, 300
+  // rows split from 26 columns; 159, 160 and 161 straddle the switch to the tiles.
   for (int d : {24, 40, 57, 79, 127, 159, 160, 161}) {
     for (int n : {5, 300}) {
       for (bool homogeneous : {false, true})
