@@ -119,10 +119,10 @@ int cols_of(const halide_buffer_t *b);
 constexpr int kCovarianceTile = 32;
 // On the CPU, X (not the patches) narrower than this takes the untiled variant even when it is a
 // tile wide or more: its vector-wide blocks on and above the diagonal, mirrored (rows of blocks
-// on both cores from 200k n·dx² and 256 rows), have no tile pairs, edge strip or write-back to set up. Side by
-// side with the tiled variant (one process, Zen 3 AVX2, two grids of 16 to 1024 rows) it ran
-// 1.25-2.1x as fast at 72-120 columns, 0.92-1.73x at 128 (where X is whole tiles, without a
-// strip), 1.05-1.73x at 136-176, and 0.90-1.08x at 200; at 256 the tiled variant wins
+// on both cores from 200k n·dx² and 256 rows), have no tile pairs, edge strip or write-back to
+// set up. Side by side with the tiled variant (one process, Zen 3 AVX2, two grids of 16 to 1024
+// rows) it ran 1.25-2.1x as fast at 72-120 columns, 0.92-1.73x at 128 (where X is whole tiles,
+// without a strip), 1.05-1.73x at 136-176, and 0.90-1.08x at 200; at 256 the tiled variant wins
 // (0.73-0.87x). K-FAC's factors of small layers (the cost model's 40, 33, 32 and 24; an
 // autoencoder's 31-wide bottleneck; a 100-unit layer's 101) are of this size.
 constexpr int kCovarianceCpuTiledFrom = 160;
