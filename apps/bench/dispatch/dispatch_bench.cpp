@@ -60,8 +60,7 @@ struct CostModelCase {
   Buffer<float> pipeline, schedules, predictions, runtimes, cotangent;
   CostModelWeights w;
   hkfac::kernels::CostModelTrainOutputs out;
-  int batch;
-  explicit CostModelCase(int batch_size) : batch(batch_size) {
+  explicit CostModelCase(int batch) {
     constexpr int kStages = 10;
     pipeline = random_buffer({40, 7, kStages}, 1, 0.0f, 4.0f);
     schedules = random_buffer({batch, 39, kStages}, 2, 0.0f, 1000.0f);
@@ -115,8 +114,7 @@ struct CovarianceCase {
   Buffer<float> x, c;
   CovarianceCase() : x(random_buffer({20, 128}, 10, -1.0f, 1.0f)), c(identity(21)) {}
   static Buffer<float> identity(int d) {
-    Buffer<float> m = hkfac::make_matrix<float>(d, d);
-    hkfac::fill(m, 0.0f);
+    Buffer<float> m = hkfac::make_matrix<float>(d, d); // zero-filled
     for (int i = 0; i < d; ++i)
       m(i, i) = 1.0f;
     return m;
