@@ -1,0 +1,279 @@
+// Applying and printing schedules (see apply_schedule.h).
+#include "apply_schedule.h"
+
+#include <algorithm>
+#include <map>
+#include <set>
+#include <sstream>
+
+#include "loop_nest_model.h"
+
+namespace hkfac::sched {
+
+using namespace Halide;
+using namespace Halide::Internal;
+
+namespace {
+
+std::string identifier(const std::string &name) {
+  std::string s;
+  for (char c : name)
+    s += std::isalnum(static_cast<unsigned char>(c)) ? c : '_';
+  if (s.empty() || std::isdigit(static_cast<unsigned char>(s[0])))
+    s = "v_" + s;
+  return s;
+}
+
+std::string factor_text(double f) { return std::to_string(static_cast<long long>(f)); }
+
+// Every Func of the pipeline and its index in Pipeline::get_func's order.
+std::map<std::string, std::pair<Function, int>> pipeline_funcs(const std::vector<Function> &outputs) {
+  std::map<std::string, Function> env;
+  for (const Function &f : outputs) {
+    auto more = find_transitive_calls(f);
+    env.insert(more.begin(), more.end());
+  }
+  std::vector<std::string> order = topological_order(outputs, env);
+  std::map<std::string, std::pair<Function, int>> out;
+  for (size_t i = 0; i < order.size(); ++i)
+    out.emplace(order[i], std::make_pair(env.at(order[i]), static_cast<int>(i)));
+  return out;
+}
+
+// Issues scheduling calls on one Func's stages and writes the same calls as C++.
+class Writer {
+public:
+  Writer(bool apply, std::ostringstream &src) : apply_(apply), src_(src) {}
+
+  void begin(const Function &f, int index) {
+    func_ = Func(f);
+    name_ = identifier(f.name());
+    src_ << "    Func " << name_ << " = pipeline.get_func(" << index << ");\n";
+  }
+  void declare_var(const std::string &v, bool rvar) {
+    if (!declared_.insert(v).second)
+      return;
+    src_ << "    " << (rvar ? "RVar " : "Var ") << identifier(v) << "(\"" << v << "\");\n";
+  }
+  Stage stage(int s) { return s == 0 ? Stage(func_) : func_.update(s - 1); }
+  std::string stage_text(int s) const {
+    return s == 0 ? name_ : name_ + ".update(" + std::to_string(s - 1) + ")";
+  }
+  VarOrRVar var(const std::string &v, bool rvar) const {
+    return rvar ? VarOrRVar(RVar(v)) : VarOrRVar(Var(v));
+  }
+
+  void split(int s, const std::string &old, bool rvar, const std::string &outer,
+             const std::string &inner, double factor) {
+    declare_var(old, rvar);
+    declare_var(outer, rvar);
+    declare_var(inner, rvar);
+    src_ << "    " << stage_text(s) << ".split(" << identifier(old) << ", " << identifier(outer)
+         << ", " << identifier(inner) << ", " << factor_text(factor)
+         << ", TailStrategy::GuardWithIf);\n";
+    if (apply_)
+      stage(s).split(var(old, rvar), var(outer, rvar), var(inner, rvar),
+                     static_cast<int>(factor), TailStrategy::GuardWithIf);
+  }
+  void reorder(int s, const std::vector<std::pair<std::string, bool>> &vars) {
+    if (vars.size() < 2)
+      return;
+    std::vector<VarOrRVar> vs;
+    for (const auto &v : vars)
+      declare_var(v.first, v.second);
+    src_ << "    " << stage_text(s) << ".reorder(";
+    for (size_t i = 0; i < vars.size(); ++i) {
+      src_ << (i ? ", " : "") << identifier(vars[i].first);
+      vs.push_back(var(vars[i].first, vars[i].second));
+    }
+    src_ << ");\n";
+    if (apply_)
+      stage(s).reorder(vs);
+  }
+  void fuse(int s, const std::string &inner, const std::string &outer, const std::string &fused) {
+    declare_var(inner, false);
+    declare_var(outer, false);
+    declare_var(fused, false);
+    src_ << "    " << stage_text(s) << ".fuse(" << identifier(inner) << ", " << identifier(outer)
+         << ", " << identifier(fused) << ");\n";
+    if (apply_)
+      stage(s).fuse(Var(inner), Var(outer), Var(fused));
+  }
+  void loop_type(int s, const std::string &v, bool rvar, const char *what) {
+    declare_var(v, rvar);
+    src_ << "    " << stage_text(s) << "." << what << "(" << identifier(v) << ");\n";
+    if (!apply_)
+      return;
+    const std::string w = what;
+    if (w == "parallel")
+      stage(s).parallel(var(v, rvar));
+    else if (w == "vectorize")
+      stage(s).vectorize(var(v, rvar));
+    else
+      stage(s).unroll(var(v, rvar));
+  }
+  void compute_root() {
+    src_ << "    " << name_ << ".compute_root();\n";
+    if (apply_)
+      func_.compute_root();
+  }
+  void compute_at(const Function &site, const std::string &site_name, const std::string &v) {
+    declare_var(v, false);
+    src_ << "    " << name_ << ".compute_at(" << identifier(site_name) << ", " << identifier(v)
+         << ");\n";
+    if (apply_)
+      func_.compute_at(Func(site), Var(v));
+  }
+
+private:
+  bool apply_;
+  std::ostringstream &src_;
+  Func func_;
+  std::string name_;
+  std::set<std::string> declared_;
+};
+
+// The loop a Root Func offers its producers at `level` (see LoopNestModel::has_site).
+std::string site_var(const FuncNode &f, const FuncChoice &c, const Box &region, SiteLevel level) {
+  const std::vector<int> split = split_dims_outermost_first(c, region);
+  const std::string fused = f.func.args()[split[0]] + "_par";
+  const bool fused_several = c.parallel_dims > 1;
+  if (level == kPerTask || static_cast<int>(split.size()) == c.parallel_dims)
+    return fused_several ? fused : f.func.args()[split[0]] + "_o";
+  return f.func.args()[split.back()] + "_o";
+}
+
+// Splits dimension 0's innermost loop by the vector width and vectorizes it.
+void vectorize_pure(Writer &w, int s, const std::string &v, int width) {
+  w.split(s, v, false, v, v + "_v", width);
+  w.loop_type(s, v + "_v", false, "vectorize");
+}
+
+void schedule_updates(Writer &w, const FuncNode &f, const FuncChoice &c, const FuncModel &m) {
+  for (size_t s = 1; s < f.stages.size(); ++s) {
+    const StageNode &st = f.stages[s];
+    std::vector<std::pair<std::string, bool>> order;
+    for (const LoopDim &l : st.loops)
+      order.push_back({l.var, l.is_rvar});
+    const std::string x = f.func.args()[0];
+    bool vectorized = false;
+    if (c.vectorize && f.dims > 0 && st.pure_arg_is_loop[0] && m.vector_width > 1 &&
+        m.region[0].extent() >= m.vector_width) {
+      w.split(static_cast<int>(s), x, false, x, x + "_v", m.vector_width);
+      order.insert(order.begin(), {x + "_v", false});
+      w.reorder(static_cast<int>(s), order);
+      w.loop_type(static_cast<int>(s), x + "_v", false, "vectorize");
+      vectorized = true;
+    }
+    const LoopDim &outer = st.loops.back();
+    if (c.placement == Placement::Root && !outer.is_rvar && st.pure_arg_is_loop[outer.pure_arg] &&
+        m.region[outer.pure_arg].extent() >= 2 && c.parallel_dims > 0 &&
+        !(vectorized && outer.pure_arg == 0))
+      w.loop_type(static_cast<int>(s), outer.var, false, "parallel");
+    if (c.unroll_rvars && st.loops[0].is_rvar && st.loops[0].constant_extent &&
+        st.loops[0].rextent <= 8)
+      w.loop_type(static_cast<int>(s), st.loops[0].var, true, "unroll");
+  }
+}
+
+} // namespace
+
+std::string apply_schedule(const PipelineAnalysis &dag, const State &state,
+                           const std::vector<Function> &outputs, bool apply) {
+  const auto funcs = pipeline_funcs(outputs);
+  LoopNestModel model(dag, state);
+  plugin_check(model.legal()) << "Hkfac: the chosen schedule is not legal";
+  std::ostringstream src;
+  Writer w(apply, src);
+  // Consumers first, so each compute_at names a Func already written.
+  for (auto it = dag.funcs.rbegin(); it != dag.funcs.rend(); ++it) {
+    const FuncNode &f = *it;
+    const FuncChoice &c = state.choices[f.id];
+    const FuncModel &m = model.func(f.id);
+    if (c.placement == Placement::Inline)
+      continue;
+    plugin_check(c.placement != Placement::Undecided) << f.name << " was not decided";
+    w.begin(f.func, funcs.at(f.name).second);
+    if (f.is_extern) {
+      w.compute_root();
+      continue;
+    }
+    if (c.placement == Placement::At) {
+      const FuncNode &site = dag.funcs[c.at_func];
+      w.compute_at(site.func, site.name,
+                   site_var(site, state.choices[c.at_func], model.func(c.at_func).region,
+                            c.at_level));
+      if (m.vector_width > 1)
+        vectorize_pure(w, 0, f.func.args()[0], m.vector_width);
+      if (c.unroll_rvars || f.stages.size() > 1)
+        schedule_updates(w, f, c, m);
+      src << "\n";
+      continue;
+    }
+    w.compute_root();
+    const std::vector<int> split = split_dims_outermost_first(c, m.region);
+    const auto &args = f.func.args();
+    for (int d : split)
+      w.split(0, args[d], false, args[d] + "_o", args[d] + "_i", c.tile[d]);
+    std::vector<std::pair<std::string, bool>> order;
+    for (int d = 0; d < f.dims; ++d)
+      order.push_back({m.split[d] ? args[d] + "_i" : args[d], false});
+    for (auto d = split.rbegin(); d != split.rend(); ++d)
+      order.push_back({args[*d] + "_o", false});
+    if (!split.empty())
+      w.reorder(0, order);
+    if (c.parallel_dims > 0) {
+      std::string fused = args[split[0]] + "_o";
+      if (c.parallel_dims > 1) {
+        std::string current = fused;
+        for (int i = 1; i < c.parallel_dims; ++i) {
+          const std::string next = args[split[0]] + (i + 1 == c.parallel_dims ? "_par" : "_par" + std::to_string(i));
+          w.fuse(0, args[split[i]] + "_o", current, next);
+          current = next;
+        }
+        fused = current;
+      }
+      w.loop_type(0, fused, false, "parallel");
+    }
+    if (m.vector_width > 1 && f.dims > 0)
+      vectorize_pure(w, 0, m.split[0] ? args[0] + "_i" : args[0], m.vector_width);
+    schedule_updates(w, f, c, m);
+    src << "\n";
+  }
+  return src.str();
+}
+
+std::string apply_fallback(const std::vector<Function> &outputs) {
+  const auto funcs = pipeline_funcs(outputs);
+  std::ostringstream src;
+  Writer w(true, src);
+  for (const auto &kv : funcs) {
+    w.begin(kv.second.first, kv.second.second);
+    w.compute_root();
+  }
+  return src.str();
+}
+
+ScheduleSnapshot::ScheduleSnapshot(const std::vector<Function> &outputs) {
+  for (const auto &kv : pipeline_funcs(outputs)) {
+    Function f = kv.second.first;
+    Saved s{f, {}, {}};
+    std::map<FunctionPtr, FunctionPtr> copied;
+    s.schedule = f.schedule().deep_copy(copied);
+    s.stages.push_back(f.definition().schedule().get_copy());
+    for (const Definition &u : f.updates())
+      s.stages.push_back(u.schedule().get_copy());
+    saved_.push_back(std::move(s));
+  }
+}
+
+void ScheduleSnapshot::restore() {
+  for (Saved &s : saved_) {
+    s.func.schedule() = s.schedule;
+    s.func.definition().schedule() = s.stages[0];
+    for (size_t i = 1; i < s.stages.size(); ++i)
+      s.func.update(static_cast<int>(i) - 1).schedule() = s.stages[i];
+  }
+}
+
+} // namespace hkfac::sched

@@ -1,0 +1,39 @@
+// Turning a chosen schedule into Halide scheduling calls, applied and printed as C++.
+#pragma once
+
+#include <string>
+#include <vector>
+
+#include "Halide.h"
+#include "pipeline_analysis.h"
+#include "schedule_state.h"
+
+namespace hkfac::sched {
+
+// Applies `state` to the pipeline's Funcs (unless `apply` is false) and returns the same
+// directives as the body of Halide's apply_schedule_<name>(pipeline, target): Funcs fetched with
+// pipeline.get_func(i), Vars and RVars by name, one statement per Func. Splits use GuardWithIf,
+// which never widens a Func's region (inputs are never read beyond what the algorithm reads).
+std::string apply_schedule(const PipelineAnalysis &dag, const State &state,
+                           const std::vector<Halide::Internal::Function> &outputs, bool apply);
+
+// The fallback: every Func that may be scheduled at root, nothing else (the plain schedule the
+// tests use as a reference). Applied and printed like apply_schedule.
+std::string apply_fallback(const std::vector<Halide::Internal::Function> &outputs);
+
+// Snapshots of every Func's schedules, to undo a half-applied schedule before the fallback.
+class ScheduleSnapshot {
+public:
+  explicit ScheduleSnapshot(const std::vector<Halide::Internal::Function> &outputs);
+  void restore();
+
+private:
+  struct Saved {
+    Halide::Internal::Function func;
+    Halide::Internal::FuncSchedule schedule;
+    std::vector<Halide::Internal::StageSchedule> stages;
+  };
+  std::vector<Saved> saved_;
+};
+
+} // namespace hkfac::sched

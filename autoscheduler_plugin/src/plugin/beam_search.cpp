@@ -1,0 +1,123 @@
+// The beam search driver (see beam_search.h).
+#include "beam_search.h"
+
+#include <algorithm>
+#include <chrono>
+#include <cmath>
+#include <map>
+#include <random>
+#include <set>
+#include <sstream>
+
+#include "loop_nest_model.h"
+#include "search_space.h"
+
+namespace hkfac::sched {
+
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+struct Pass {
+  bool coarse = false;
+  std::vector<std::set<PlacementKey>> allowed; // per Func; empty: anything
+};
+
+std::vector<StatePtr> run_pass(const PipelineAnalysis &dag, CostModel &model,
+                               const Parameters &params, const Pass &pass, std::mt19937_64 &rng,
+                               Clock::time_point deadline, bool &timed_out) {
+  const int n = static_cast<int>(dag.funcs.size());
+  auto start = std::make_shared<State>();
+  start->choices.resize(n);
+  std::vector<StatePtr> beam{start};
+  static const std::set<PlacementKey> kAnything;
+  for (int id = n - 1; id >= 0; --id) {
+    const bool out_of_time = params.time_limit_s > 0 && Clock::now() > deadline;
+    timed_out |= out_of_time;
+    const size_t width = out_of_time ? 1 : static_cast<size_t>(params.beam_size);
+    if (beam.size() > width)
+      beam.resize(width);
+    std::vector<std::shared_ptr<State>> children;
+    for (const StatePtr &s : beam) {
+      LoopNestModel parent(dag, *s);
+      const auto &allowed = pass.allowed.empty() ? kAnything : pass.allowed[id];
+      std::vector<FuncChoice> options =
+          func_choices(dag, *s, parent, id, params, pass.coarse, allowed);
+      if (options.empty() && !allowed.empty())
+        options = func_choices(dag, *s, parent, id, params, pass.coarse, kAnything);
+      for (FuncChoice &c : options) {
+        auto child = std::make_shared<State>(*s);
+        child->choices[id] = std::move(c);
+        child->decided = n - id;
+        children.push_back(std::move(child));
+      }
+    }
+    plugin_check(!children.empty()) << "Hkfac: no legal decision for " << dag.funcs[id].name;
+    std::vector<State *> raw;
+    for (auto &c : children)
+      raw.push_back(c.get());
+    model.evaluate(raw);
+    std::stable_sort(children.begin(), children.end(),
+                     [](const auto &a, const auto &b) { return a->cost < b->cost; });
+    while (children.size() > 1 && !std::isfinite(children.back()->cost))
+      children.pop_back();
+    plugin_check(std::isfinite(children.front()->cost))
+        << "Hkfac: every decision for " << dag.funcs[id].name << " is illegal";
+    beam.clear();
+    std::uniform_int_distribution<int> percent(0, 99);
+    for (size_t i = 0; i < children.size() && beam.size() < width; ++i) {
+      if (i > 0 && percent(rng) >= params.random_dropout)
+        continue;
+      beam.push_back(children[i]);
+    }
+  }
+  return beam;
+}
+
+} // namespace
+
+SearchResult beam_search(const PipelineAnalysis &dag, CostModel &model, const Parameters &params) {
+  SearchResult result;
+  const auto t0 = Clock::now();
+  const auto deadline =
+      t0 + std::chrono::microseconds(static_cast<long long>(params.time_limit_s * 1e6));
+  std::mt19937_64 rng(params.seed * 0x9E3779B97F4A7C15ull + 1);
+  const int n = static_cast<int>(dag.funcs.size());
+  std::vector<StatePtr> all;
+  Pass pass;
+  pass.coarse = params.num_passes > 1;
+  for (int p = 0; p < params.num_passes; ++p) {
+    std::vector<StatePtr> beam = run_pass(dag, model, params, pass, rng, deadline, result.timed_out);
+    all.insert(all.end(), beam.begin(), beam.end());
+    std::ostringstream line;
+    line << "pass " << p + 1 << " of " << params.num_passes << ": best cost "
+         << beam.front()->cost << ", " << model.evaluated() << " states so far";
+    log_line(params, 1, line.str());
+    if (result.timed_out)
+      break;
+    // The next pass: full tilings over the placements of this pass's best schedules.
+    pass.coarse = false;
+    pass.allowed.assign(n, {});
+    const size_t keep = std::max<size_t>(1, std::min<size_t>(beam.size(), 4));
+    for (size_t i = 0; i < keep; ++i)
+      for (int id = 0; id < n; ++id)
+        pass.allowed[id].insert(placement_key(beam[i]->choices[id]));
+  }
+  std::stable_sort(all.begin(), all.end(),
+                   [](const StatePtr &a, const StatePtr &b) { return a->cost < b->cost; });
+  // Distinct schedules only.
+  for (const StatePtr &s : all) {
+    bool dup = false;
+    for (const StatePtr &b : result.best)
+      dup |= b->choices == s->choices;
+    if (!dup)
+      result.best.push_back(s);
+    if (static_cast<int>(result.best.size()) >= std::max(1, params.top_k))
+      break;
+  }
+  result.states_evaluated = model.evaluated();
+  result.seconds = std::chrono::duration<double>(Clock::now() - t0).count();
+  return result;
+}
+
+} // namespace hkfac::sched

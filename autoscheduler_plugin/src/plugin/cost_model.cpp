@@ -1,0 +1,101 @@
+// Batching schedules through the cost-model kernel (see cost_model.h).
+#include "cost_model.h"
+
+#include <chrono>
+#include <cmath>
+#include <thread>
+
+#include "cost_model_features.h"
+#include "plugin_weights.h"
+#include "loop_nest_model.h"
+#include "parallel_for.h"
+#include "schedule_features.h"
+
+namespace hkfac::sched {
+
+using namespace hkfac::cost_model;
+
+namespace {
+
+constexpr int kS = kCpuFeatureCount;
+constexpr int kMaxBatch = 1024;
+// The cache and balance the network's fixed cost terms assume (generators/cost_model.h: the
+// root working set against 8 MiB) and the balance of the training machines.
+constexpr double kReferenceCache = 8.0 * 1024 * 1024;
+constexpr double kReferenceBalance = 40;
+
+} // namespace
+
+void machine_adjusted_features(const Parameters &params, float *f, int stages) {
+  // Working sets are measured against the machine's last-level cache: the network compares them
+  // with fixed sizes, so they are scaled by reference / actual (a 64 MB cache makes a working set
+  // look 8x smaller than an 8 MB one). Memory traffic is scaled by the balance, the cost of a
+  // miss relative to an operation.
+  const float cache = static_cast<float>(kReferenceCache / params.last_level_cache);
+  const float balance = static_cast<float>(params.balance / kReferenceBalance);
+  for (int s = 0; s < stages; ++s) {
+    float *o = f + static_cast<size_t>(s) * kS;
+    for (int i : {kCpuWorkingSet, kCpuWorkingSetAtTask, kCpuWorkingSetAtProduction,
+                  kCpuWorkingSetAtRealization, kCpuWorkingSetAtRoot})
+      o[i] *= cache;
+    for (int i : {kCpuUniqueLinesReadPerRealization, kCpuUniqueLinesReadPerVector,
+                  kCpuUniqueLinesReadPerTask})
+      o[i] *= balance;
+  }
+}
+
+CostModel::CostModel(const PipelineAnalysis &dag, const Parameters &params)
+    : dag_(dag), params_(params) {
+  weights_ = load_plugin_weights(params, kS, source_);
+
+  pipeline_features_ = Buffer<float>(kPipelineFeatureRows, kPipelineFeatureTypes, dag.num_stages);
+  int s = 0;
+  for (const FuncNode &f : dag.funcs)
+    for (const StageNode &st : f.stages) {
+      for (int i = 0; i < kPipelineFeatureRows; ++i)
+        for (int j = 0; j < kPipelineFeatureTypes; ++j)
+          pipeline_features_(i, j, s) = static_cast<float>(st.features[7 + i * 7 + j]);
+      ++s;
+    }
+}
+
+void CostModel::evaluate(std::vector<State *> &states) {
+  const int stages = dag_.num_stages;
+  for (size_t first = 0; first < states.size(); first += kMaxBatch) {
+    const int batch = static_cast<int>(std::min<size_t>(kMaxBatch, states.size() - first));
+    auto t0 = std::chrono::steady_clock::now();
+    std::vector<float> rows(static_cast<size_t>(batch) * stages * kS);
+    std::vector<char> legal(batch, 1);
+    parallel_for(batch, params_.threads, [&](int n) {
+      const State &st = *states[first + n];
+      LoopNestModel model(dag_, st);
+      if (!model.legal()) {
+        legal[n] = 0;
+        return;
+      }
+      float *out = rows.data() + static_cast<size_t>(n) * stages * kS;
+      cpu_schedule_features(dag_, st, model, out);
+      machine_adjusted_features(params_, out, stages);
+    });
+    Buffer<float> features(batch, kS, stages);
+    for (int n = 0; n < batch; ++n)
+      for (int s = 0; s < stages; ++s)
+        for (int f = 0; f < kS; ++f)
+          features(n, f, s) = rows[(static_cast<size_t>(n) * stages + s) * kS + f];
+    auto t1 = std::chrono::steady_clock::now();
+    Buffer<float> predictions(batch);
+    kernels::cost_model_predict(pipeline_features_, features, weights_, params_.parallelism,
+                                predictions, Device::cpu);
+    auto t2 = std::chrono::steady_clock::now();
+    featurize_s_ += std::chrono::duration<double>(t1 - t0).count();
+    network_s_ += std::chrono::duration<double>(t2 - t1).count();
+    for (int n = 0; n < batch; ++n) {
+      const float p = predictions(n);
+      states[first + n]->cost =
+          legal[n] && std::isfinite(p) ? static_cast<double>(p) : INFINITY;
+    }
+    evaluated_ += batch;
+  }
+}
+
+} // namespace hkfac::sched

@@ -1,0 +1,46 @@
+// Scoring schedules with the generated cost-model network.
+#pragma once
+
+#include <vector>
+
+#include "hkfac/buffer.h"
+#include "hkfac/kernels/cost_model.h"
+#include "parameters.h"
+#include "pipeline_analysis.h"
+#include "schedule_state.h"
+
+namespace hkfac::sched {
+
+// The learned cost model over one pipeline: the pipeline's algorithm features are laid out once,
+// and each batch of candidate schedules is featurized (on every core) and scored by one call of
+// the generated inference kernel through hkfac::runtime. Weights come from HL_WEIGHTS_DIR (a
+// .weights file or an old six-file directory), else the baseline embedded in the plugin; a file
+// that fails validation is the user's error with the reader's message, never a silent switch to
+// random weights, which only HL_RANDOMIZE_WEIGHTS asks for (data generation).
+class CostModel {
+public:
+  CostModel(const PipelineAnalysis &dag, const Parameters &params);
+
+  // Sets each state's cost (predicted runtime, arbitrary units); illegal states get +inf.
+  void evaluate(std::vector<State *> &states);
+  // How the weights were chosen, for the log.
+  const std::string &weights_source() const { return source_; }
+  long long evaluated() const { return evaluated_; }
+  double featurize_seconds() const { return featurize_s_; }
+  double network_seconds() const { return network_s_; }
+
+private:
+  const PipelineAnalysis &dag_;
+  const Parameters &params_;
+  Buffer<float> pipeline_features_;
+  kernels::CostModelWeights weights_;
+  std::string source_;
+  long long evaluated_ = 0;
+  double featurize_s_ = 0, network_s_ = 0;
+};
+
+// The schedule features as the network sees them: the raw features with the machine's cache
+// size and balance folded in (see cost_model.cpp).
+void machine_adjusted_features(const Parameters &params, float *stage_features, int stages);
+
+} // namespace hkfac::sched

@@ -1,0 +1,142 @@
+// Evaluating a schedule into loop counts and regions (see loop_nest_model.h).
+#include "loop_nest_model.h"
+
+#include <algorithm>
+#include <cmath>
+
+namespace hkfac::sched {
+
+std::vector<int> split_dims_outermost_first(const FuncChoice &c, const Box &region) {
+  std::vector<int> dims;
+  for (int d = static_cast<int>(region.size()) - 1; d >= 0; --d)
+    if (d < static_cast<int>(c.tile.size()) && c.tile[d] < region[d].extent())
+      dims.push_back(d);
+  return dims;
+}
+
+LoopNestModel::LoopNestModel(const PipelineAnalysis &dag, const State &state)
+    : dag_(dag), state_(state), funcs_(dag.funcs.size()) {
+  const int n = static_cast<int>(dag.funcs.size());
+  for (int id = n - 1; id >= n - state.decided && legal_; --id)
+    model_func(id);
+}
+
+bool LoopNestModel::has_site(int consumer, SiteLevel level) const {
+  const FuncChoice &c = state_.choices[consumer];
+  if (c.placement != Placement::Root || !funcs_[consumer].computed)
+    return false;
+  const std::vector<int> split = split_dims_outermost_first(c, funcs_[consumer].region);
+  if (split.empty())
+    return false;
+  if (level == kPerTask)
+    return c.parallel_dims > 0 && c.parallel_dims < static_cast<int>(split.size());
+  return true;
+}
+
+Box LoopNestModel::site_box(int consumer, SiteLevel level) const {
+  const FuncChoice &c = state_.choices[consumer];
+  const FuncModel &m = funcs_[consumer];
+  Box b = m.region;
+  const std::vector<int> split = split_dims_outermost_first(c, m.region);
+  // Inside one iteration of the site loop, the split dimensions at or outside it cover one
+  // tile; the rest run whole.
+  const size_t fixed = level == kPerTask ? static_cast<size_t>(c.parallel_dims) : split.size();
+  for (size_t i = 0; i < fixed && i < split.size(); ++i) {
+    const int d = split[i];
+    b[d].max = b[d].min + c.tile[d] - 1;
+  }
+  return b;
+}
+
+bool LoopNestModel::need_at_site(int producer, int site_func, SiteLevel level, Box &need,
+                                 int depth) const {
+  if (depth > 64)
+    return false;
+  const FuncNode &p = dag_.funcs[producer];
+  for (int g : p.consumers) {
+    const FuncNode &gn = dag_.funcs[g];
+    const FuncChoice &gc = state_.choices[g];
+    Box gbox;
+    if (g == site_func) {
+      if (gn.stages.size() > 1)
+        return false; // an update of the site Func would run outside the site loop
+      gbox = site_box(site_func, level);
+    } else if (gc.placement == Placement::At && gc.at_func == site_func &&
+               gc.at_level == level) {
+      gbox = funcs_[g].region;
+    } else if (gc.placement == Placement::Inline) {
+      if (!need_at_site(g, site_func, level, gbox, depth + 1))
+        return false;
+    } else {
+      return false;
+    }
+    for (const StageNode &s : gn.stages) {
+      const std::vector<double> values = s.box_values(gbox);
+      for (const Access &a : s.accesses)
+        if (a.producer == producer)
+          box_union_into(need, PipelineAnalysis::required(a, values, p.root_region));
+    }
+  }
+  return !need.empty();
+}
+
+void LoopNestModel::model_func(int id) {
+  const FuncNode &f = dag_.funcs[id];
+  const FuncChoice &c = state_.choices[id];
+  FuncModel &m = funcs_[id];
+  if (c.placement == Placement::Inline) {
+    for (int g : f.consumers) {
+      const FuncModel &gm = funcs_[g];
+      double calls = 0;
+      for (const StageNode &s : dag_.funcs[g].stages)
+        for (const Access &a : s.accesses)
+          if (a.producer == id)
+            calls += a.calls;
+      m.inlined_calls += calls * (gm.computed ? gm.points_total : gm.inlined_calls);
+    }
+    return;
+  }
+  m.computed = true;
+  if (c.placement == Placement::Root) {
+    m.region = f.root_region;
+    m.realizations = 1;
+  } else {
+    Box need;
+    if (!has_site(c.at_func, c.at_level) ||
+        !need_at_site(id, c.at_func, c.at_level, need, 0)) {
+      legal_ = false;
+      return;
+    }
+    m.region = need;
+    const FuncModel &site = funcs_[c.at_func];
+    const FuncChoice &sc = state_.choices[c.at_func];
+    double iterations = 1;
+    const std::vector<int> split = split_dims_outermost_first(sc, site.region);
+    const size_t count = c.at_level == kPerTask ? sc.parallel_dims : split.size();
+    for (size_t i = 0; i < count && i < split.size(); ++i)
+      iterations *= std::ceil(site.region[split[i]].extent() / sc.tile[split[i]]);
+    m.realizations = site.realizations * iterations;
+    m.outer_parallelism = site.outer_parallelism * site.tasks;
+  }
+  m.inner.resize(f.dims);
+  m.split.assign(f.dims, false);
+  for (int d = 0; d < f.dims; ++d)
+    m.inner[d] = std::max(1.0, m.region[d].extent());
+  if (c.placement == Placement::Root) {
+    const std::vector<int> split = split_dims_outermost_first(c, m.region);
+    for (size_t i = 0; i < split.size(); ++i) {
+      const int d = split[i];
+      const double outer = std::ceil(m.region[d].extent() / c.tile[d]);
+      m.split[d] = true;
+      m.inner[d] = c.tile[d];
+      m.tiles *= outer;
+      if (static_cast<int>(i) < c.parallel_dims)
+        m.tasks *= outer;
+    }
+  }
+  if (c.vectorize && f.dims > 0 && m.inner[0] >= f.vector_width)
+    m.vector_width = f.vector_width;
+  m.points_total = box_points(m.region) * m.realizations;
+}
+
+} // namespace hkfac::sched

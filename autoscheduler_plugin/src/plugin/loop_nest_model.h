@@ -1,0 +1,58 @@
+// The loop nest a (partial) schedule implies, in numbers: regions, trip counts, parallelism.
+#pragma once
+
+#include <vector>
+
+#include "pipeline_analysis.h"
+#include "schedule_state.h"
+
+namespace hkfac::sched {
+
+// What one Func's loops do under a schedule, counted over one run of the pipeline at its
+// estimated size. Regions are per realization (one allocation); Root Funcs realize once, an At
+// Func once per iteration of its site loop. This is the whole model the featurizer and the
+// search's legality checks read; Halide's lowering is never consulted during the search.
+struct FuncModel {
+  bool computed = false;     // decided, and not inlined
+  Box region;                // per realization
+  double realizations = 0;   // over the whole pipeline
+  std::vector<double> inner; // the tile's extent per dimension (Root), else the region's
+  std::vector<bool> split;   // dimensions with a tile loop
+  double tiles = 1;          // tiles per realization (product of the tile loops' extents)
+  double tasks = 1;          // parallel tasks per realization (1: serial)
+  double outer_parallelism = 1; // parallel instances around one realization
+  int vector_width = 1;      // lanes of the innermost dimension (1: scalar)
+  double inlined_calls = 0;  // Inline: calls made to it in total
+  double points_total = 0;   // pure stage points over all realizations
+  double working_set = 0;    // bytes of the Funcs computed inside one of its tiles, its own tile too
+  double task_working_set = 0; // the same per parallel task
+};
+
+class LoopNestModel {
+public:
+  LoopNestModel(const PipelineAnalysis &dag, const State &state);
+
+  // False when the state asks for something the model (and so Halide) cannot do.
+  bool legal() const { return legal_; }
+  const FuncModel &func(int id) const { return funcs_[id]; }
+
+  // The box one iteration of `consumer`'s loop at `level` covers (a Root, tiled Func).
+  Box site_box(int consumer, SiteLevel level) const;
+  // Whether `consumer` has a loop at `level`.
+  bool has_site(int consumer, SiteLevel level) const;
+
+private:
+  bool need_at_site(int producer, int site_func, SiteLevel level, Box &need, int depth) const;
+  void model_func(int id);
+
+  const PipelineAnalysis &dag_;
+  const State &state_;
+  std::vector<FuncModel> funcs_;
+  bool legal_ = true;
+};
+
+// Tile loops of a Root Func, outermost first: the dimensions with tile[d] below the region's
+// extent, from the last dimension to the first.
+std::vector<int> split_dims_outermost_first(const FuncChoice &c, const Box &region);
+
+} // namespace hkfac::sched

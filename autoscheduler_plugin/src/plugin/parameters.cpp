@@ -1,0 +1,94 @@
+// Reading and validating the plugin's parameters (see parameters.h).
+#include "parameters.h"
+
+#include <cerrno>
+#include <cmath>
+#include <cstdlib>
+#include <iostream>
+#include <limits>
+
+namespace hkfac::sched {
+
+namespace {
+
+const char *env(const char *name) {
+  const char *v = std::getenv(name);
+  return v && *v ? v : nullptr;
+}
+
+int64_t env_int(const char *name, int64_t def, int64_t lo, int64_t hi) {
+  const char *v = env(name);
+  if (!v)
+    return def;
+  errno = 0;
+  char *end = nullptr;
+  const long long x = std::strtoll(v, &end, 10);
+  input_check(errno == 0 && end && *end == '\0' && x >= lo && x <= hi)
+      << "Hkfac: " << name << "=\"" << v << "\" is not an integer in [" << lo << ", " << hi
+      << "]\n";
+  return x;
+}
+
+double env_double(const char *name, double def, double lo, double hi) {
+  const char *v = env(name);
+  if (!v)
+    return def;
+  errno = 0;
+  char *end = nullptr;
+  const double x = std::strtod(v, &end);
+  input_check(errno == 0 && end && *end == '\0' && std::isfinite(x) && x >= lo && x <= hi)
+      << "Hkfac: " << name << "=\"" << v << "\" is not a number in [" << lo << ", " << hi
+      << "]\n";
+  return x;
+}
+
+} // namespace
+
+Parameters Parameters::from(const Halide::MachineParams &mp) {
+  Parameters p;
+  input_check(mp.parallelism >= 1 && mp.parallelism <= 4096)
+      << "Hkfac: machine_params parallelism " << mp.parallelism << " is not in [1, 4096]\n";
+  input_check(mp.last_level_cache_size >= 1024)
+      << "Hkfac: machine_params last-level cache size " << mp.last_level_cache_size
+      << " bytes is below 1024\n";
+  input_check(std::isfinite(mp.balance) && mp.balance > 0)
+      << "Hkfac: machine_params balance " << mp.balance << " must be positive\n";
+  p.parallelism = mp.parallelism;
+  p.last_level_cache = static_cast<double>(mp.last_level_cache_size);
+  p.balance = mp.balance;
+
+  p.beam_size = static_cast<int>(env_int("HL_BEAM_SIZE", 32, 1, 100000));
+  p.num_passes =
+      static_cast<int>(env_int("HL_NUM_PASSES", p.beam_size == 1 ? 1 : 5, 1, 100));
+  p.random_dropout = static_cast<int>(env_int("HL_RANDOM_DROPOUT", 100, 1, 100));
+  p.seed = static_cast<uint64_t>(env_int("HL_SEED", 0, 0, std::numeric_limits<int64_t>::max()));
+  if (const char *w = env("HL_WEIGHTS_DIR"))
+    p.weights_path = w;
+  if (const char *r = env("HL_RANDOMIZE_WEIGHTS")) {
+    const int64_t s = env_int("HL_RANDOMIZE_WEIGHTS", 0, 0, std::numeric_limits<int64_t>::max());
+    p.randomize_weights = s != 0;
+    p.weights_seed = static_cast<uint64_t>(s);
+    (void)r;
+  }
+  p.allow_version_mismatch = env_int("HKFAC_ALLOW_VERSION_MISMATCH", 0, 0, 1) != 0;
+  p.debug = static_cast<int>(env_int("HL_DEBUG_AUTOSCHEDULE", 0, 0, 10));
+  p.time_limit_s = env_double("HKFAC_TIME_LIMIT_S", 0, 0, 1e7);
+  p.top_k = static_cast<int>(env_int("HKFAC_TOPK", 0, 0, 1000));
+  if (const char *d = env("HKFAC_TOPK_DIR"))
+    p.top_k_dir = d;
+  p.threads = static_cast<int>(env_int("HKFAC_THREADS", 0, 0, 4096));
+  if (const char *f = env("HKFAC_INJECT_FAILURE")) {
+    p.inject_failure = f;
+    input_check(p.inject_failure == "analysis" || p.inject_failure == "search" ||
+                p.inject_failure == "apply")
+        << "Hkfac: HKFAC_INJECT_FAILURE=\"" << f << "\" is not analysis, search or apply\n";
+  }
+  return p;
+}
+
+void log_line(const Parameters &p, int level, const std::string &line) {
+  if (level <= p.debug)
+    std::cerr << "Hkfac: " << line << "\n";
+}
+
+} // namespace hkfac::sched

@@ -1,0 +1,44 @@
+// The plugin's parameters: Halide's MachineParams and the environment, validated.
+#pragma once
+
+#include <cstdint>
+#include <string>
+
+#include "Halide.h"
+#include "input_error.h"
+
+namespace hkfac::sched {
+
+// Everything that steers one autoscheduling run. Halide 14 passes no key/value parameters to a
+// plugin, so the search's knobs come from the environment (the names Adams2019 users know where
+// the meaning is the same); a bad value is a user error naming the variable.
+struct Parameters {
+  // MachineParams: cores, last-level cache bytes, and the cost of a cache miss relative to an
+  // arithmetic op (balance). All three reach the search: cores and cache through the features
+  // and cost terms, balance through the weight of memory terms.
+  int parallelism = 16;
+  double last_level_cache = 16 * 1024 * 1024;
+  double balance = 40;
+
+  int beam_size = 32;          // HL_BEAM_SIZE; 1 = greedy
+  int num_passes = 5;          // HL_NUM_PASSES; 1 when greedy
+  int random_dropout = 100;    // HL_RANDOM_DROPOUT: percent chance each state survives a step
+  uint64_t seed = 0;           // HL_SEED
+  std::string weights_path;    // HL_WEIGHTS_DIR; empty: the embedded baseline
+  bool randomize_weights = false; // HL_RANDOMIZE_WEIGHTS (1, or a seed)
+  uint64_t weights_seed = 0;
+  bool allow_version_mismatch = false; // HKFAC_ALLOW_VERSION_MISMATCH
+  int debug = 0;               // HL_DEBUG_AUTOSCHEDULE
+  double time_limit_s = 0;     // HKFAC_TIME_LIMIT_S; 0 = none
+  int top_k = 0;               // HKFAC_TOPK
+  std::string top_k_dir = "."; // HKFAC_TOPK_DIR
+  int threads = 0;             // HKFAC_THREADS; 0 = every core
+  std::string inject_failure;  // HKFAC_INJECT_FAILURE (tests): analysis|search|apply
+
+  static Parameters from(const Halide::MachineParams &params);
+};
+
+// A line on stderr when `level` <= HL_DEBUG_AUTOSCHEDULE.
+void log_line(const Parameters &p, int level, const std::string &line);
+
+} // namespace hkfac::sched

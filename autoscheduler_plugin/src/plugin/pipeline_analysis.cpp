@@ -1,0 +1,398 @@
+// Building the Func graph, its stages, loops and compiled footprints (see pipeline_analysis.h).
+#include "pipeline_analysis.h"
+
+#include <algorithm>
+#include <map>
+#include <set>
+
+#include "algorithm_features.h"
+
+namespace hkfac::sched {
+
+using namespace Halide;
+using namespace Halide::Internal;
+
+double box_points(const Box &b) {
+  double p = 1;
+  for (const Span &s : b)
+    p *= std::max(s.extent(), 0.0);
+  return p;
+}
+
+void box_union_into(Box &into, const Box &b) {
+  if (into.empty()) {
+    into = b;
+    return;
+  }
+  for (size_t i = 0; i < into.size() && i < b.size(); ++i) {
+    if (b[i].extent() <= 0)
+      continue;
+    if (into[i].extent() <= 0) {
+      into[i] = b[i];
+      continue;
+    }
+    into[i].min = std::min(into[i].min, b[i].min);
+    into[i].max = std::max(into[i].max, b[i].max);
+  }
+}
+
+std::vector<double> StageNode::box_values(const Box &func_region) const {
+  std::vector<double> v(loops.size() * 2);
+  for (size_t i = 0; i < loops.size(); ++i) {
+    const LoopDim &l = loops[i];
+    if (l.is_rvar) {
+      v[2 * i] = l.rmin;
+      v[2 * i + 1] = l.rmin + l.rextent - 1;
+    } else {
+      v[2 * i] = func_region[l.pure_arg].min;
+      v[2 * i + 1] = func_region[l.pure_arg].max;
+    }
+  }
+  return v;
+}
+
+Box PipelineAnalysis::required(const Access &access, const std::vector<double> &box_values,
+                               const Box &fallback) {
+  if (!access.exact)
+    return fallback;
+  Box b(access.min.size());
+  for (size_t d = 0; d < b.size(); ++d) {
+    b[d].min = access.min[d].eval(box_values.data());
+    b[d].max = access.max[d].eval(box_values.data());
+  }
+  return b;
+}
+
+namespace {
+
+// Replaces parameters by their estimates, as the search sees the pipeline at its estimated size.
+// A parameter with no estimate is the user's error, named with the parameter and dimension.
+class ApplyEstimates : public IRMutator {
+  using IRMutator::visit;
+  Expr visit(const Variable *op) override {
+    if (!op->param.defined())
+      return op;
+    if (!op->param.is_buffer()) {
+      Expr e = op->param.estimate();
+      input_check(e.defined()) << "Hkfac: the scalar parameter \"" << op->param.name()
+                               << "\" needs an estimate (set_estimate) for autoscheduling\n";
+      return cast(op->type, e);
+    }
+    for (int i = 0; i < op->param.dimensions(); ++i) {
+      const std::string dim = std::to_string(i);
+      if (op->name == op->param.name() + ".min." + dim) {
+        Expr e = op->param.min_constraint_estimate(i);
+        input_check(e.defined()) << "Hkfac: the input \"" << op->param.name()
+                                 << "\" needs an estimate of the min of dimension " << i << "\n";
+        return cast(op->type, e);
+      }
+      if (op->name == op->param.name() + ".extent." + dim) {
+        Expr e = op->param.extent_constraint_estimate(i);
+        input_check(e.defined()) << "Hkfac: the input \"" << op->param.name()
+                                 << "\" needs an estimate of the extent of dimension " << i
+                                 << "\n";
+        return cast(op->type, e);
+      }
+    }
+    return op;
+  }
+};
+
+Expr with_estimates(const Expr &e) {
+  ApplyEstimates m;
+  return simplify(m.mutate(e));
+}
+
+double constant_of(const Expr &e, const std::string &what) {
+  Expr s = simplify(e);
+  if (const int64_t *i = as_const_int(s))
+    return static_cast<double>(*i);
+  if (const uint64_t *u = as_const_uint(s))
+    return static_cast<double>(*u);
+  if (const double *f = as_const_float(s))
+    return *f;
+  input_check(false) << "Hkfac: " << what << " is not a constant after applying the estimates: " << s
+             << "\n";
+  return 0;
+}
+
+// How each call in a stage moves along the innermost loop variable.
+class CallClassifier : public IRGraphVisitor {
+public:
+  CallClassifier(std::string self, std::string inner) : self_(std::move(self)), inner_(std::move(inner)) {}
+  struct Counts {
+    int calls = 0, dense = 0, broadcast = 0, gather = 0, elem_bytes = 4;
+  };
+  std::map<std::string, Counts> counts;
+
+private:
+  using IRGraphVisitor::visit;
+  void visit(const Call *op) override {
+    IRGraphVisitor::visit(op);
+    if ((op->call_type != Call::Halide && op->call_type != Call::Image) || op->name == self_)
+      return;
+    Counts &c = counts[op->name];
+    c.calls++;
+    c.elem_bytes = op->type.bytes();
+    bool uses_inner = false;
+    for (const Expr &a : op->args)
+      uses_inner |= !inner_.empty() && expr_uses_var(a, inner_);
+    if (!uses_inner) {
+      c.broadcast++;
+      return;
+    }
+    if (!op->args.empty()) {
+      // Unit stride in dimension 0, and no other dimension moving with the innermost loop.
+      Expr d = simplify(substitute(inner_, Variable::make(Int(32), inner_) + 1, op->args[0]) -
+                        op->args[0]);
+      bool others = false;
+      for (size_t i = 1; i < op->args.size(); ++i)
+        others |= expr_uses_var(op->args[i], inner_);
+      if (is_const_one(d) && !others) {
+        c.dense++;
+        return;
+      }
+    }
+    c.gather++;
+  }
+  std::string self_, inner_;
+};
+
+} // namespace
+
+PipelineAnalysis::PipelineAnalysis(const std::vector<Function> &outputs, const Target &target)
+    : target_(target) {
+  std::map<std::string, Function> env = build_environment(outputs);
+  std::vector<std::string> order = realization_order(outputs, env).first;
+  FuncValueBounds value_bounds = compute_function_value_bounds(order, env);
+
+  std::map<std::string, int> id_of;
+  for (const std::string &name : order) {
+    FuncNode n;
+    n.func = env.at(name);
+    n.name = name;
+    n.id = static_cast<int>(funcs.size());
+    n.dims = n.func.dimensions();
+    n.is_extern = n.func.has_extern_definition();
+    for (const Function &o : outputs)
+      n.is_output |= o.same_as(n.func);
+    n.bytes_per_point = 0;
+    n.elem_bytes = 1;
+    for (const Type &t : n.func.output_types()) {
+      n.bytes_per_point += t.bytes();
+      n.elem_bytes = std::max(n.elem_bytes, t.bytes());
+      n.vector_width = std::max(n.vector_width, target.natural_vector_size(t));
+    }
+    n.vector_width = std::max(1, target.natural_vector_size(Int(n.elem_bytes * 8)));
+    id_of[name] = n.id;
+    funcs.push_back(std::move(n));
+  }
+
+  // Stages, their loops and their accesses.
+  for (FuncNode &n : funcs) {
+    if (n.is_extern) {
+      n.must_be_root = true;
+      for (const ExternFuncArgument &a : n.func.extern_arguments()) {
+        if (a.is_func()) {
+          auto it = id_of.find(Function(a.func).name());
+          if (it != id_of.end())
+            funcs[it->second].must_be_root = true;
+        }
+      }
+      StageNode s;
+      s.func = n.id;
+      for (int d = 0; d < n.dims; ++d)
+        s.loops.push_back({n.func.args()[d], false, d});
+      s.pure_arg_is_loop.assign(n.dims, true);
+      n.stages.push_back(std::move(s));
+      continue;
+    }
+    const int num_defs = 1 + static_cast<int>(n.func.updates().size());
+    for (int di = 0; di < num_defs; ++di) {
+      const Definition &def = di == 0 ? n.func.definition() : n.func.update(di - 1);
+      StageNode s;
+      s.func = n.id;
+      s.index = di;
+      std::map<std::string, const ReductionVariable *> rvars;
+      for (const ReductionVariable &rv : def.schedule().rvars())
+        rvars[rv.var] = &rv;
+      s.pure_arg_is_loop.assign(n.dims, false);
+      for (const Dim &d : def.schedule().dims()) {
+        if (d.var == Var::outermost().name())
+          continue;
+        LoopDim l;
+        l.var = d.var;
+        auto rv = rvars.find(d.var);
+        if (rv != rvars.end()) {
+          l.is_rvar = true;
+          l.rmin = constant_of(with_estimates(rv->second->min),
+                               "the min of " + d.var + " in " + n.name);
+          l.rextent = constant_of(with_estimates(rv->second->extent),
+                                  "the extent of " + d.var + " in " + n.name);
+          l.constant_extent = is_const(rv->second->extent);
+        } else {
+          const auto &args = n.func.args();
+          auto a = std::find(args.begin(), args.end(), d.var);
+          plugin_check(a != args.end()) << "loop " << d.var << " of " << n.name;
+          l.pure_arg = static_cast<int>(a - args.begin());
+          s.pure_arg_is_loop[l.pure_arg] = true;
+        }
+        s.loops.push_back(l);
+      }
+      // An update's var is pure only where it writes its own coordinate.
+      if (di > 0) {
+        for (int a = 0; a < n.dims; ++a) {
+          const Variable *v = def.args()[a].as<Variable>();
+          if (!v || v->name != n.func.args()[a])
+            s.pure_arg_is_loop[a] = false;
+        }
+      }
+
+      std::vector<Expr> exprs = def.values();
+      if (di > 0) {
+        exprs.insert(exprs.end(), def.args().begin(), def.args().end());
+        if (def.predicate().defined())
+          exprs.push_back(def.predicate());
+      }
+      Scope<Interval> scope;
+      std::vector<std::string> symbols;
+      for (const LoopDim &l : s.loops) {
+        scope.push(l.var, Interval(Variable::make(Int(32), l.var + ".min"),
+                                   Variable::make(Int(32), l.var + ".max")));
+        symbols.push_back(l.var + ".min");
+        symbols.push_back(l.var + ".max");
+      }
+      std::map<std::string, Box> unused;
+      std::map<std::string, Halide::Internal::Box> boxes;
+      for (const Expr &e : exprs) {
+        for (auto &kv : boxes_required(with_estimates(e), scope, value_bounds)) {
+          if (kv.first == n.name)
+            continue;
+          auto it = boxes.find(kv.first);
+          if (it == boxes.end())
+            boxes.emplace(kv.first, kv.second);
+          else
+            it->second = box_union(it->second, kv.second);
+        }
+      }
+      const std::string inner = s.loops.empty() ? std::string() : s.loops[0].var;
+      CallClassifier classifier(n.name, inner);
+      for (const Expr &e : exprs)
+        e.accept(&classifier);
+      for (auto &kv : boxes) {
+        Access a;
+        a.name = kv.first;
+        auto id = id_of.find(kv.first);
+        a.producer = id == id_of.end() ? -1 : id->second;
+        a.exact = true;
+        for (const Interval &iv : kv.second.bounds) {
+          a.raw_min.push_back(iv.has_lower_bound() ? iv.min : Expr());
+          a.raw_max.push_back(iv.has_upper_bound() ? iv.max : Expr());
+          a.min.emplace_back(iv.has_lower_bound() ? simplify(iv.min) : Expr(), symbols);
+          a.max.emplace_back(iv.has_upper_bound() ? simplify(iv.max) : Expr(), symbols);
+          a.exact &= a.min.back().valid() && a.max.back().valid();
+        }
+        auto c = classifier.counts.find(kv.first);
+        if (c != classifier.counts.end()) {
+          a.calls = c->second.calls;
+          a.dense_calls = c->second.dense;
+          a.broadcast_calls = c->second.broadcast;
+          a.gather_calls = c->second.gather;
+          a.elem_bytes = c->second.elem_bytes;
+        }
+        if (a.producer < 0)
+          n.reads_input = true;
+        s.accesses.push_back(std::move(a));
+      }
+      s.features = algorithm_features(n.func, def, n.name, s.loops.empty() ? "" : s.loops[0].var);
+      n.stages.push_back(std::move(s));
+    }
+  }
+
+  // Consumers, and who may be inlined.
+  for (FuncNode &n : funcs) {
+    for (const StageNode &s : n.stages) {
+      for (const Access &a : s.accesses) {
+        if (a.producer < 0)
+          continue;
+        auto &c = funcs[a.producer].consumers;
+        if (std::find(c.begin(), c.end(), n.id) == c.end())
+          c.push_back(n.id);
+      }
+    }
+    num_stages += static_cast<int>(n.stages.size());
+  }
+  for (FuncNode &n : funcs)
+    n.can_inline = !n.is_output && !n.must_be_root && n.func.can_be_inlined() &&
+                   !n.func.has_update_definition() && !n.consumers.empty();
+
+  // Root regions, consumers first: outputs from their estimates, producers from the union of
+  // what every consumer stage needs.
+  for (auto it = funcs.rbegin(); it != funcs.rend(); ++it) {
+    FuncNode &n = *it;
+    if (n.is_output) {
+      n.root_region.assign(n.dims, Span{});
+      std::vector<bool> seen(n.dims, false);
+      for (const Bound &b : n.func.schedule().estimates()) {
+        const auto &args = n.func.args();
+        auto a = std::find(args.begin(), args.end(), b.var);
+        if (a == args.end() || !b.min.defined() || !b.extent.defined())
+          continue;
+        const int d = static_cast<int>(a - args.begin());
+        const double mn = constant_of(with_estimates(b.min), "the estimated min of " + n.name);
+        const double ex =
+            constant_of(with_estimates(b.extent), "the estimated extent of " + n.name);
+        n.root_region[d] = {mn, mn + ex - 1};
+        seen[d] = true;
+      }
+      for (int d = 0; d < n.dims; ++d)
+        input_check(seen[d]) << "Hkfac: the output \"" << n.func.origin_name()
+                             << "\" needs an estimate on dimension " << d << " (\""
+                             << n.func.args()[d] << "\") for autoscheduling\n";
+    }
+    if (n.root_region.empty()) {
+      // Never read and not an output cannot happen in a realization order; keep it well formed.
+      n.root_region.assign(n.dims, Span{0, 0});
+    }
+    for (StageNode &s : n.stages) {
+      const std::vector<double> values = s.box_values(n.root_region);
+      double points = box_points(n.root_region);
+      for (const LoopDim &l : s.loops)
+        if (l.is_rvar)
+          points *= std::max(l.rextent, 1.0);
+      if (s.index > 0) {
+        // An update covers its pure loops' part of the region only.
+        points = 1;
+        for (const LoopDim &l : s.loops)
+          points *= l.is_rvar ? std::max(l.rextent, 1.0) : n.root_region[l.pure_arg].extent();
+      }
+      s.points_minimum = points;
+      for (Access &a : s.accesses) {
+        if (a.producer < 0)
+          continue;
+        if (a.exact) {
+          box_union_into(funcs[a.producer].root_region, required(a, values, {}));
+          continue;
+        }
+        // Bounds the compiled form cannot express: Halide's simplifier at these numbers.
+        std::map<std::string, Expr> at;
+        for (size_t i = 0; i < s.loops.size(); ++i) {
+          at[s.loops[i].var + ".min"] = make_const(Int(32), static_cast<int64_t>(values[2 * i]));
+          at[s.loops[i].var + ".max"] =
+              make_const(Int(32), static_cast<int64_t>(values[2 * i + 1]));
+        }
+        Box b(a.raw_min.size());
+        for (size_t d = 0; d < b.size(); ++d) {
+          const std::string what = "the region of " + a.name + " that " + n.name + " reads";
+          plugin_check(a.raw_min[d].defined() && a.raw_max[d].defined())
+              << "Hkfac: " << what << " is unbounded\n";
+          b[d].min = constant_of(substitute(at, a.raw_min[d]), what);
+          b[d].max = constant_of(substitute(at, a.raw_max[d]), what);
+        }
+        box_union_into(funcs[a.producer].root_region, b);
+      }
+    }
+  }
+}
+
+} // namespace hkfac::sched

@@ -1,0 +1,106 @@
+// What the search needs to know about a pipeline, computed once before it starts.
+#pragma once
+
+#include <array>
+#include <string>
+#include <vector>
+
+#include "Halide.h"
+#include "input_error.h"
+#include "bound_expr.h"
+
+namespace hkfac::sched {
+
+// A closed interval of coordinates, in doubles (the search's arithmetic is all floating point).
+struct Span {
+  double min = 0, max = -1;
+  double extent() const { return max - min + 1; }
+};
+using Box = std::vector<Span>;
+double box_points(const Box &b);
+void box_union_into(Box &into, const Box &b);
+
+constexpr int kAlgorithmFeatureCount = 287;
+using AlgorithmFeatures = std::array<int, kAlgorithmFeatureCount>;
+
+// One loop of a stage's default loop nest. Pure loops cover a dimension of the Func's region;
+// reduction loops (RVars) cover their RDom's constant range.
+struct LoopDim {
+  std::string var;
+  bool is_rvar = false;
+  int pure_arg = -1;        // the Func dimension a pure loop covers
+  double rmin = 0, rextent = 1; // an RVar's range (its estimate-free constant)
+  bool constant_extent = false; // an RVar whose extent is a constant expression (unrollable)
+};
+
+// One producer read by one stage: the producer's region the stage needs, as a function of the
+// stage's loop bounds, and how its loads behave along the innermost loop.
+struct Access {
+  int producer = -1; // index into PipelineAnalysis::funcs, or -1 for an input buffer
+  std::string name;
+  int elem_bytes = 4;
+  bool exact = false;               // every bound compiled; otherwise use the producer's root region
+  std::vector<BoundExpr> min, max;  // per producer dimension
+  std::vector<Halide::Expr> raw_min, raw_max; // the same, uncompiled (for the root pass)
+  int calls = 0;                    // call sites in the stage
+  int dense_calls = 0;              // innermost loop variable with unit stride in dimension 0
+  int broadcast_calls = 0;          // independent of the innermost loop variable
+  int gather_calls = 0;             // any other dependence (strided, data-dependent)
+};
+
+// A stage: the pure definition (index 0) or an update of a Func.
+struct StageNode {
+  int func = -1;
+  int index = 0;
+  std::vector<LoopDim> loops; // innermost first
+  std::vector<Access> accesses;
+  AlgorithmFeatures features{};
+  // Pure update loops that may be parallelised or vectorised: the update writes f(..., v, ...)
+  // with v its own pure variable at that position (Halide's definition of a pure var).
+  std::vector<bool> pure_arg_is_loop;
+  double points_minimum = 0; // points computed when every Func is at root
+  // Symbols the accesses' bounds read: loop i's min and max at 2i and 2i + 1.
+  std::vector<double> box_values(const Box &func_region) const;
+};
+
+// A Func of the pipeline with its stages and where it sits in the graph.
+struct FuncNode {
+  Halide::Internal::Function func;
+  std::string name;
+  int id = -1;
+  int dims = 0;
+  bool is_output = false;
+  bool is_extern = false;
+  bool can_inline = false;    // pure, not an output, not called by an extern stage
+  bool must_be_root = false;  // an extern stage or a producer of one
+  bool reads_input = false;   // reads an input buffer directly (tail strategies must not widen)
+  int bytes_per_point = 4;    // all tuple values
+  int elem_bytes = 4;         // the widest value
+  int vector_width = 1;       // native lanes for its widest value type
+  std::vector<StageNode> stages;
+  std::vector<int> consumers; // Funcs that read it (each once)
+  Box root_region;            // region needed when everything is at root (estimates applied)
+};
+
+// The pipeline as a graph of Funcs in realization order (producers before consumers), with the
+// output estimates applied and every producer's required region both as a number (at root) and
+// as compiled bound expressions (for any consumer tile). Missing estimates on outputs are a
+// Halide CompileError naming the Func and the dimension.
+class PipelineAnalysis {
+public:
+  PipelineAnalysis(const std::vector<Halide::Internal::Function> &outputs,
+                   const Halide::Target &target);
+
+  std::vector<FuncNode> funcs; // realization order: producers first
+  int num_stages = 0;
+  const Halide::Target &target() const { return target_; }
+  // The region of `access`'s producer that a stage with `box_values` (StageNode::box_values)
+  // needs; `fallback` when the bounds did not compile.
+  static Box required(const Access &access, const std::vector<double> &box_values,
+                      const Box &fallback);
+
+private:
+  Halide::Target target_;
+};
+
+} // namespace hkfac::sched

@@ -1,0 +1,17 @@
+// Choosing and loading the weights the plugin's cost model runs with.
+#pragma once
+
+#include <string>
+
+#include "hkfac/kernels/cost_model.h"
+#include "parameters.h"
+
+namespace hkfac::sched {
+
+// HL_RANDOMIZE_WEIGHTS, else HL_WEIGHTS_DIR, else the embedded baseline, validated for S schedule
+// features and our feature versions (HKFAC_ALLOW_VERSION_MISMATCH=1 accepts others). A file that
+// fails validation is an InputError carrying the reader's message. `source` says which was used.
+kernels::CostModelWeights load_plugin_weights(const Parameters &params, int schedule_features,
+                                              std::string &source);
+
+} // namespace hkfac::sched

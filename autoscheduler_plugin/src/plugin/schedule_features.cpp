@@ -1,0 +1,217 @@
+// Computing the CPU schedule features from the loop-nest model (see schedule_features.h).
+#include "schedule_features.h"
+
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+
+#include "cost_model.h"
+#include "cost_model_features.h"
+
+namespace hkfac::sched {
+
+using namespace hkfac::cost_model;
+
+namespace {
+
+constexpr double kLine = 64;
+
+// Distinct bytes and cache lines of a box of elements `elem_bytes` wide (dimension 0 contiguous).
+void footprint(const Box &b, int elem_bytes, double &bytes, double &lines) {
+  if (b.empty()) {
+    bytes = elem_bytes;
+    lines = 1;
+    return;
+  }
+  const double row = std::max(b[0].extent(), 1.0) * elem_bytes;
+  double rows = 1;
+  for (size_t d = 1; d < b.size(); ++d)
+    rows *= std::max(b[d].extent(), 1.0);
+  bytes = row * rows;
+  lines = std::ceil(row / kLine + 1) * rows;
+}
+
+// The bytes and lines a stage reads from every producer over the box `stage_box` of its Func.
+void reads(const PipelineAnalysis &dag, const LoopNestModel &model, const StageNode &s,
+           const Box &stage_box, double &bytes, double &lines, double &alloc_bytes) {
+  bytes = lines = alloc_bytes = 0;
+  const std::vector<double> values = s.box_values(stage_box);
+  for (const Access &a : s.accesses) {
+    const Box fallback = a.producer >= 0 ? dag.funcs[a.producer].root_region : Box{};
+    const Box need = PipelineAnalysis::required(a, values, fallback);
+    double b = 0, l = 0;
+    footprint(need, a.elem_bytes, b, l);
+    bytes += b;
+    lines += l;
+    if (a.producer >= 0 && model.func(a.producer).computed)
+      alloc_bytes += box_points(model.func(a.producer).region) * dag.funcs[a.producer].bytes_per_point;
+  }
+}
+
+} // namespace
+
+void cpu_schedule_features(const PipelineAnalysis &dag, const State &state,
+                           const LoopNestModel &model, float *out) {
+  const int n = static_cast<int>(dag.funcs.size());
+  std::fill(out, out + static_cast<size_t>(dag.num_stages) * kCpuFeatureCount, 0.0f);
+  // Bytes of every root allocation: the working set at the root level, shared by all stages.
+  double root_bytes = 0;
+  std::vector<double> inside_tile(n, 0), inside_task(n, 0);
+  for (int id = 0; id < n; ++id) {
+    const FuncModel &m = model.func(id);
+    if (!m.computed)
+      continue;
+    const double bytes = box_points(m.region) * dag.funcs[id].bytes_per_point;
+    const FuncChoice &c = state.choices[id];
+    if (c.placement == Placement::Root)
+      root_bytes += bytes;
+    else if (c.placement == Placement::At)
+      (c.at_level == kPerTile ? inside_tile : inside_task)[c.at_func] += bytes;
+  }
+  int row = 0;
+  for (int id = 0; id < n; ++id) {
+    const FuncNode &f = dag.funcs[id];
+    const FuncModel &m = model.func(id);
+    const FuncChoice &c = state.choices[id];
+    for (const StageNode &s : f.stages) {
+      float *o = out + static_cast<size_t>(row++) * kCpuFeatureCount;
+      if (c.placement == Placement::Undecided)
+        continue;
+      if (!m.computed) {
+        o[kCpuInlinedCalls] = static_cast<float>(m.inlined_calls);
+        continue;
+      }
+      // The stage's loop extents per realization: pure loops over the region, RVars whole.
+      double points = 1, rpoints = 1, inner_pure = 1;
+      for (const LoopDim &l : s.loops) {
+        const double e = l.is_rvar ? std::max(l.rextent, 1.0) : m.region[l.pure_arg].extent();
+        points *= e;
+        if (l.is_rvar)
+          rpoints *= e;
+      }
+      if (s.index == 0)
+        points = box_points(m.region);
+      const bool tiled = s.index == 0;
+      const double tiles = tiled ? m.tiles : 1;
+      const double tasks = s.index == 0 ? m.tasks : (m.tasks > 1 && c.parallel_dims > 0 ? m.tasks : 1);
+      int innermost_dim = -1;
+      for (const LoopDim &l : s.loops)
+        if (!l.is_rvar) {
+          innermost_dim = l.pure_arg;
+          break;
+        }
+      const bool stage_vectorized =
+          m.vector_width > 1 && (s.index == 0 || (s.pure_arg_is_loop[0] && !s.loops.empty()));
+      const int vw = stage_vectorized ? m.vector_width : 1;
+      const double inner0 = s.loops.empty() ? 1
+                            : s.loops[0].is_rvar
+                                ? std::max(s.loops[0].rextent, 1.0)
+                                : (tiled ? m.inner[s.loops[0].pure_arg] : m.region[s.loops[0].pure_arg].extent());
+      inner_pure = innermost_dim < 0 ? 1 : (tiled ? m.inner[innermost_dim] : m.region[innermost_dim].extent());
+      double unrolled = 1;
+      if (c.unroll_rvars && !s.loops.empty() && s.loops[0].is_rvar && s.loops[0].constant_extent)
+        unrolled = s.loops[0].rextent;
+
+      const double total = points * m.realizations;
+      const double elem = f.elem_bytes;
+      const double bytes_region = box_points(m.region) * f.bytes_per_point;
+      double tile_points = 1;
+      for (int d = 0; d < f.dims; ++d)
+        tile_points *= m.inner[d];
+      const double bytes_tile = tile_points * f.bytes_per_point;
+      const double bytes_root = box_points(f.root_region) * f.bytes_per_point;
+      const double inner_extent0 = f.dims > 0 ? m.region[0].extent() : 1;
+
+      o[kCpuNumRealizations] = m.realizations;
+      o[kCpuNumProductions] = m.realizations * tiles;
+      o[kCpuPointsPerRealization] = points;
+      o[kCpuPointsPerProduction] = points / tiles;
+      o[kCpuPointsTotal] = total;
+      o[kCpuPointsMinimum] = s.points_minimum;
+      o[kCpuInnermostLoopExtent] = std::max(1.0, inner0 / vw);
+      o[kCpuInnermostPureLoopExtent] = std::max(1.0, inner_pure / vw);
+      o[kCpuUnrolledLoopExtent] = unrolled;
+      o[kCpuInnerParallelism] = tasks;
+      o[kCpuOuterParallelism] = m.outer_parallelism;
+      o[kCpuBytesAtRealization] = bytes_region;
+      o[kCpuBytesAtProduction] = tiled ? bytes_tile : bytes_region;
+      o[kCpuBytesAtRoot] = bytes_root;
+      o[kCpuInnermostBytesAtRealization] = inner_extent0 * elem;
+      o[kCpuInnermostBytesAtProduction] = (f.dims > 0 ? m.inner[0] : 1) * elem;
+      o[kCpuInnermostBytesAtRoot] = (f.dims > 0 ? f.root_region[0].extent() : 1) * elem;
+
+      double read_bytes = 0, read_lines = 0, alloc_read = 0;
+      reads(dag, model, s, m.region, read_bytes, read_lines, alloc_read);
+      o[kCpuUniqueBytesReadPerRealization] = read_bytes * (s.index == 0 ? 1 : 1);
+      o[kCpuUniqueLinesReadPerRealization] = read_lines;
+      o[kCpuAllocationBytesReadPerRealization] = alloc_read;
+      const double ws_tile = bytes_tile + inside_tile[id] + inside_task[id];
+      o[kCpuWorkingSet] = ws_tile + read_bytes / std::max(tiles, 1.0);
+
+      int calls = 0, dense = 0, broadcast = 0, gather = 0;
+      for (const Access &a : s.accesses) {
+        calls += a.calls;
+        dense += a.dense_calls;
+        broadcast += a.broadcast_calls;
+        gather += a.gather_calls;
+      }
+      o[kCpuVectorSize] = vw;
+      o[kCpuNativeVectorSize] = f.vector_width;
+      const double vectors = vw > 1 ? std::floor(total / vw) : 0;
+      o[kCpuNumVectors] = vectors;
+      o[kCpuNumScalars] = vw > 1 ? total - vectors * vw : total;
+      o[kCpuScalarLoadsPerVector] = vw > 1 ? broadcast + gather * vw : 0;
+      o[kCpuVectorLoadsPerVector] = vw > 1 ? dense : 0;
+      o[kCpuScalarLoadsPerScalar] = calls;
+
+      const double task_points = points / std::max(tasks, 1.0);
+      const double task_bytes = task_points * f.bytes_per_point;
+      o[kCpuBytesWrittenPerTask] = task_bytes;
+      o[kCpuInnermostBytesWrittenPerTask] =
+          (tasks > 1 && f.dims > 0 ? std::min(inner_extent0, m.inner[0]) : inner_extent0) * elem;
+      double vec_bytes = 0, vec_lines = 0;
+      for (const Access &a : s.accesses) {
+        vec_bytes += a.dense_calls * vw * a.elem_bytes + a.broadcast_calls * a.elem_bytes +
+                     a.gather_calls * vw * a.elem_bytes;
+        vec_lines += a.dense_calls * std::ceil(vw * a.elem_bytes / kLine + 0.5) +
+                     a.broadcast_calls + a.gather_calls * vw;
+      }
+      o[kCpuUniqueBytesReadPerVector] = vec_bytes;
+      o[kCpuUniqueLinesReadPerVector] = vec_lines;
+      o[kCpuUniqueBytesReadPerTask] = read_bytes / std::max(tasks, 1.0);
+      o[kCpuUniqueLinesReadPerTask] = read_lines / std::max(tasks, 1.0);
+      o[kCpuWorkingSetAtTask] = task_bytes + inside_task[id] + read_bytes / std::max(tasks, 1.0);
+      o[kCpuWorkingSetAtProduction] = ws_tile;
+      o[kCpuWorkingSetAtRealization] = bytes_region + inside_tile[id] + inside_task[id];
+      o[kCpuWorkingSetAtRoot] = root_bytes;
+      (void)rpoints;
+      for (int i = 0; i < kCpuFeatureCount; ++i)
+        if (!std::isfinite(o[i]) || o[i] < 0)
+          o[i] = 0;
+    }
+  }
+}
+
+std::vector<uint8_t> featurization_bytes(const PipelineAnalysis &dag, const State &state,
+                                         const Parameters &params) {
+  LoopNestModel model(dag, state);
+  std::vector<float> sched(static_cast<size_t>(dag.num_stages) * kCpuFeatureCount);
+  cpu_schedule_features(dag, state, model, sched.data());
+  machine_adjusted_features(params, sched.data(), dag.num_stages);
+  std::vector<float> all;
+  int row = 0;
+  for (const FuncNode &f : dag.funcs) {
+    for (const StageNode &s : f.stages) {
+      all.insert(all.end(), sched.begin() + row * kCpuFeatureCount,
+                 sched.begin() + (row + 1) * kCpuFeatureCount);
+      for (int v : s.features)
+        all.push_back(static_cast<float>(v));
+      ++row;
+    }
+  }
+  std::vector<uint8_t> bytes(all.size() * sizeof(float));
+  std::memcpy(bytes.data(), all.data(), bytes.size());
+  return bytes;
+}
+
+} // namespace hkfac::sched

@@ -1,0 +1,25 @@
+// The 39 CPU schedule features of every stage under a schedule (the cost model's inputs).
+#pragma once
+
+#include <vector>
+
+#include "loop_nest_model.h"
+#include "parameters.h"
+#include "pipeline_analysis.h"
+
+namespace hkfac::sched {
+
+// Writes S = 39 features per stage, stage-major (stage s's feature f at out[s * 39 + f]), for
+// every stage of the pipeline in realization order (the order of the .featurization file).
+// The features are defined, one comment each, in generators/cost_model_features.h (CpuFeature);
+// stages of undecided Funcs are all zero. Inlined Funcs carry only their inlined calls.
+void cpu_schedule_features(const PipelineAnalysis &dag, const State &state,
+                           const LoopNestModel &model, float *out);
+
+// The featurization file of a complete schedule: per stage, the 39 schedule features as the
+// network sees them (machine_adjusted_features) then the 287 algorithm features, float32 (the
+// layout Halide 14's .featurization uses), so a sample trains exactly what the search scores.
+std::vector<uint8_t> featurization_bytes(const PipelineAnalysis &dag, const State &state,
+                                         const Parameters &params);
+
+} // namespace hkfac::sched

@@ -1,0 +1,179 @@
+// Enumerating one Func's candidate decisions (see search_space.h).
+#include "search_space.h"
+
+#include <algorithm>
+#include <cmath>
+
+namespace hkfac::sched {
+
+namespace {
+
+constexpr size_t kMaxTilings = 48;
+
+// Consumers of `id` that are computed (following inlined ones to theirs).
+bool computed_consumers(const PipelineAnalysis &dag, const State &state, int id,
+                        std::vector<int> &out, int depth) {
+  if (depth > 64)
+    return false;
+  for (int g : dag.funcs[id].consumers) {
+    const FuncChoice &c = state.choices[g];
+    if (c.placement == Placement::Inline) {
+      if (!computed_consumers(dag, state, g, out, depth + 1))
+        return false;
+    } else if (c.placement == Placement::Undecided) {
+      return false;
+    } else if (std::find(out.begin(), out.end(), g) == out.end()) {
+      out.push_back(g);
+    }
+  }
+  return true;
+}
+
+std::vector<double> factors(double extent, double base, bool coarse) {
+  std::vector<double> f{extent};
+  int k = 0;
+  for (double t = base; t < extent; t *= 2, ++k)
+    if (!coarse || k % 2 == 0)
+      f.push_back(t);
+  return f;
+}
+
+} // namespace
+
+PlacementKey placement_key(const FuncChoice &c) {
+  return {static_cast<int>(c.placement), c.at_func, static_cast<int>(c.at_level)};
+}
+
+std::vector<FuncChoice> func_choices(const PipelineAnalysis &dag, const State &state,
+                                     const LoopNestModel &model, int id, const Parameters &params,
+                                     bool coarse, const std::set<PlacementKey> &allowed) {
+  const FuncNode &f = dag.funcs[id];
+  std::vector<FuncChoice> out;
+  auto keep = [&](const FuncChoice &c) {
+    return allowed.empty() || allowed.count(placement_key(c)) > 0;
+  };
+  bool unroll = false;
+  for (const StageNode &s : f.stages)
+    if (!s.loops.empty() && s.loops[0].is_rvar && s.loops[0].constant_extent &&
+        s.loops[0].rextent <= 8)
+      unroll = true;
+
+  if (f.is_extern) {
+    FuncChoice c;
+    c.placement = Placement::Root;
+    c.tile.assign(f.dims, 1e30);
+    c.vectorize = false;
+    out.push_back(c);
+    return out;
+  }
+  if (f.can_inline) {
+    FuncChoice c;
+    c.placement = Placement::Inline;
+    if (keep(c))
+      out.push_back(c);
+  }
+
+  // compute_at: the one Root Func every computed consumer is, or is computed at.
+  std::vector<int> consumers;
+  if (!f.must_be_root && computed_consumers(dag, state, id, consumers, 0) && !consumers.empty()) {
+    int site = -1, level = -1;
+    bool ok = true;
+    for (int g : consumers) {
+      const FuncChoice &c = state.choices[g];
+      const int s = c.placement == Placement::Root ? g : c.at_func;
+      if (site >= 0 && s != site)
+        ok = false;
+      site = s;
+      if (c.placement == Placement::At) {
+        if (level >= 0 && level != c.at_level)
+          ok = false;
+        level = c.at_level;
+      }
+    }
+    if (ok && site >= 0 && state.choices[site].placement == Placement::Root) {
+      for (SiteLevel l : {kPerTile, kPerTask}) {
+        if ((level >= 0 && l != level) || !model.has_site(site, l))
+          continue;
+        FuncChoice c;
+        c.placement = Placement::At;
+        c.at_func = site;
+        c.at_level = l;
+        c.unroll_rvars = unroll;
+        if (keep(c))
+          out.push_back(c);
+      }
+    }
+  }
+
+  // compute_root with tilings.
+  FuncChoice root;
+  root.placement = Placement::Root;
+  if (!keep(root))
+    return out;
+  const Box &r = f.root_region;
+  std::vector<std::vector<double>> per_dim(f.dims);
+  for (int d = 0; d < f.dims; ++d) {
+    const double e = std::max(1.0, r[d].extent());
+    if (d == 0)
+      per_dim[d] = factors(e, f.vector_width, coarse);
+    else if (d == 1)
+      per_dim[d] = factors(e, 1, coarse);
+    else
+      per_dim[d] = e > 8 ? std::vector<double>{e, 1, 8} : std::vector<double>{e, 1};
+  }
+  std::vector<std::vector<double>> tilings{{}};
+  for (int d = 0; d < f.dims; ++d) {
+    std::vector<std::vector<double>> next;
+    for (const auto &t : tilings)
+      for (double x : per_dim[d]) {
+        auto u = t;
+        u.push_back(x);
+        next.push_back(u);
+      }
+    tilings.swap(next);
+  }
+  if (tilings.size() > kMaxTilings) {
+    // An even spread over the product, always keeping the unsplit tiling (the first).
+    std::vector<std::vector<double>> kept;
+    const double stride = static_cast<double>(tilings.size()) / kMaxTilings;
+    for (size_t i = 0; i < kMaxTilings; ++i)
+      kept.push_back(tilings[static_cast<size_t>(i * stride)]);
+    tilings.swap(kept);
+  }
+  std::vector<FuncChoice> roots;
+  double smallest_tile = INFINITY;
+  for (const auto &t : tilings) {
+    FuncChoice c = root;
+    c.tile = t;
+    c.unroll_rvars = unroll;
+    // Fuse the outermost tile loops until there are tasks for every core, twice over.
+    const std::vector<int> split = split_dims_outermost_first(c, r);
+    double tasks = 1;
+    for (size_t i = 0; i < split.size(); ++i) {
+      if (params.parallelism > 1 && tasks < 2.0 * params.parallelism) {
+        tasks *= std::ceil(r[split[i]].extent() / t[split[i]]);
+        c.parallel_dims = static_cast<int>(i) + 1;
+      }
+    }
+    if (tasks < 2)
+      c.parallel_dims = 0;
+    double tile_points = 1;
+    for (int d = 0; d < f.dims; ++d)
+      tile_points *= std::min(t[d], std::max(1.0, r[d].extent()));
+    const double bytes = tile_points * f.bytes_per_point;
+    smallest_tile = std::min(smallest_tile, bytes);
+    roots.push_back(c);
+  }
+  for (const FuncChoice &c : roots) {
+    double tile_points = 1;
+    for (int d = 0; d < f.dims; ++d)
+      tile_points *= std::min(c.tile[d], std::max(1.0, r[d].extent()));
+    const double bytes = tile_points * f.bytes_per_point;
+    if (bytes > params.last_level_cache && bytes > smallest_tile)
+      continue;
+    out.push_back(c);
+  }
+  return out;
+}
+
+} // namespace hkfac::sched
