@@ -31,6 +31,7 @@ HALIDE_TOOLS = "/usr/lib/x86_64-linux-gnu/halide14"
 RUNGEN_MAIN = "/usr/src/halide14/RunGenMain.cpp"
 HALIDE_INCLUDE = "/usr/include/halide14"
 PLUGINS = {
+    "Hkfac": "build/autoscheduler_plugin/libautoschedule_hkfac.so",
     "Adams2019": os.path.join(HALIDE_TOOLS, "libautoschedule_adams2019.so"),
     "Li2018": os.path.join(HALIDE_TOOLS, "libautoschedule_li2018.so"),
     "Mullapudi2016": os.path.join(HALIDE_TOOLS, "libautoschedule_mullapudi2016.so"),
@@ -81,6 +82,10 @@ def search_env(args, pipeline, k):
         env["HL_RANDOM_DROPOUT"] = str(dropouts[k % len(dropouts)])
     if args.weights:
         env["HL_WEIGHTS_DIR"] = args.weights
+    if args.randomize_weights and k >= args.full_beam:
+        # A different random cost model per schedule: the first data for a new featurization,
+        # before any trained weights exist (Hkfac only).
+        env["HL_RANDOMIZE_WEIGHTS"] = str(int(env["HL_SEED"]) + 1)
     return env
 
 
@@ -226,6 +231,8 @@ def main():
     p.add_argument("--scheduler", default="Adams2019")
     p.add_argument("--plugin", help="plugin .so (default: Halide 14's for --scheduler)")
     p.add_argument("--weights", help="HL_WEIGHTS_DIR for the search")
+    p.add_argument("--randomize-weights", action="store_true",
+                   help="greedy runs search with random weights, a new seed each (Hkfac)")
     p.add_argument("--schedules", type=int, default=10, help="schedules per pipeline")
     p.add_argument("--full-beam", type=int, default=1, help="how many of them use the full beam")
     p.add_argument("--beam-size", type=int, default=32, help="HL_BEAM_SIZE of full-beam runs")

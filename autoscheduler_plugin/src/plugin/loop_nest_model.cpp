@@ -6,6 +6,14 @@
 
 namespace hkfac::sched {
 
+namespace {
+// Bounds on recompute, as multiples of the points a Func has at root (Adams2019 prunes compute_at
+// at 8x and deep inlining similarly).
+constexpr double kMaxInlineRecompute = 32;
+constexpr double kMaxAtRecompute = 8;
+constexpr double kMaxInlineFanout = 32;
+} // namespace
+
 std::vector<int> split_dims_outermost_first(const FuncChoice &c, const Box &region) {
   std::vector<int> dims;
   for (int d = static_cast<int>(region.size()) - 1; d >= 0; --d)
@@ -93,7 +101,16 @@ void LoopNestModel::model_func(int id) {
           if (a.producer == id)
             calls += a.calls;
       m.inlined_calls += calls * (gm.computed ? gm.points_total : gm.inlined_calls);
+      m.inline_fanout += calls * (gm.computed ? 1.0 : gm.inline_fanout);
     }
+    // Each call site copies the Func's expression into its consumer's: chains of inlined
+    // stencils or pyramid levels multiply, and so does LLVM's compile time.
+    if (m.inline_fanout > kMaxInlineFanout)
+      legal_ = false;
+    // Inlining that recomputes a Func many times over grows the consumer's expression
+    // exponentially (pyramids, stencils of stencils) and its compile time with it.
+    if (m.inlined_calls > kMaxInlineRecompute * std::max(1.0, box_points(f.root_region)))
+      legal_ = false;
     return;
   }
   m.computed = true;
@@ -137,6 +154,10 @@ void LoopNestModel::model_func(int id) {
   if (c.vectorize && f.dims > 0 && m.inner[0] >= f.vector_width)
     m.vector_width = f.vector_width;
   m.points_total = box_points(m.region) * m.realizations;
+  // Tiles whose halos recompute most of the Func again are never worth it.
+  if (c.placement == Placement::At &&
+      m.points_total > kMaxAtRecompute * std::max(1.0, box_points(f.root_region)))
+    legal_ = false;
 }
 
 } // namespace hkfac::sched
