@@ -6,6 +6,11 @@ install(TARGETS hkfac_runtime hkfac_kfac EXPORT hkfacTargets
         LIBRARY DESTINATION ${CMAKE_INSTALL_LIBDIR}
         ARCHIVE DESTINATION ${CMAKE_INSTALL_LIBDIR}
         RUNTIME DESTINATION ${CMAKE_INSTALL_BINDIR})
+# The autoscheduler plugin (hkfac::Hkfac), next to libhkfac_runtime, which it finds by $ORIGIN.
+if (TARGET hkfac_autoschedule)
+  install(TARGETS hkfac_autoschedule EXPORT hkfacTargets
+          LIBRARY DESTINATION ${CMAKE_INSTALL_LIBDIR})
+endif ()
 # Both trees merge into include/hkfac: the runtime's headers and hkfac/kfac/.
 install(DIRECTORY runtime/include/hkfac kfac/include/hkfac DESTINATION ${CMAKE_INSTALL_INCLUDEDIR})
 

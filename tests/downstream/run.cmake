@@ -13,3 +13,4 @@ run("${CMAKE_COMMAND}" -S "${SOURCE}" -B "${WORK}" -G Ninja "-DCMAKE_PREFIX_PATH
 run("${CMAKE_COMMAND}" --build "${WORK}")
 run("${WORK}/downstream_demo")
 run("${WORK}/downstream_kfac")
+run("${WORK}/downstream_autoscheduled")

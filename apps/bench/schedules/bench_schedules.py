@@ -46,6 +46,10 @@ def parse_args():
                         "registers it (repeatable), e.g. Hkfac=build/libautoschedule_hkfac.so")
     p.add_argument("--only-extra", action="store_true",
                    help="run only the --scheduler entries (plus the baseline)")
+    p.add_argument("--holdout-weights", metavar="DIR",
+                   help="Hkfac searches each app with DIR/<app>.weights (its hold-one-out file)")
+    p.add_argument("--hkfac-beam", type=int,
+                   help="HL_BEAM_SIZE for Hkfac alone (the others keep the environment's)")
     p.add_argument("--machine-params", default="2,16777216,40",
                    help="machine_params for every scheduler (default: 2,16777216,40)")
     p.add_argument("--cuda", action="store_true",
@@ -143,6 +147,11 @@ def build_variant(cfg, v, args, target, work):
     shutil.rmtree(out_dir, ignore_errors=True)
     os.makedirs(out_dir)
     env = dict(os.environ, HKFAC_TIMED_SCHEDULER=v.scheduler)
+    if args.holdout_weights and v.scheduler == "Hkfac":
+        # Each app scheduled with the weights trained without it (weights/README.md).
+        env["HL_WEIGHTS_DIR"] = os.path.join(args.holdout_weights, f"{v.app}.weights")
+    if args.hkfac_beam and v.scheduler == "Hkfac":
+        env["HL_BEAM_SIZE"] = str(args.hkfac_beam)
     rc, secs, out = run(generator_command(cfg, v, args, target, out_dir), args.timeout, env=env)
     if rc != 0:
         stage = "compile" if "HKFAC_AUTOSCHEDULE_SECONDS" in out or v.plugin is None \

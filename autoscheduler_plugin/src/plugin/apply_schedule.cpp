@@ -24,6 +24,16 @@ std::string identifier(const std::string &name) {
   return s;
 }
 
+std::string display_name(const std::string &name) {
+  const size_t d = name.rfind('$');
+  if (d == std::string::npos || d + 1 == name.size())
+    return name;
+  for (size_t i = d + 1; i < name.size(); ++i)
+    if (!std::isdigit(static_cast<unsigned char>(name[i])))
+      return name;
+  return name.substr(0, d);
+}
+
 std::string factor_text(double f) { return std::to_string(static_cast<long long>(f)); }
 
 // Every Func of the pipeline and its index in Pipeline::get_func's order.
@@ -47,7 +57,14 @@ public:
 
   void begin(const Function &f, int index) {
     func_ = Func(f);
-    name_ = identifier(f.name());
+    // Halide makes Func names unique with a "$n" suffix; the C++ name drops it unless two Funcs
+    // would then share one.
+    name_ = identifier(display_name(f.name()));
+    if (!func_names_.insert(name_).second) {
+      name_ = identifier(f.name());
+      func_names_.insert(name_);
+    }
+    site_names_[f.name()] = name_;
     src_ << "    Func " << name_ << " = pipeline.get_func(" << index << ");\n";
   }
   void declare_var(const std::string &v, bool rvar) {
@@ -99,6 +116,12 @@ public:
     if (apply_)
       stage(s).fuse(Var(inner), Var(outer), Var(fused));
   }
+  // An update left as Halide's default, said so (Halide warns about it otherwise).
+  void unscheduled(int s) {
+    src_ << "    " << stage_text(s) << ".unscheduled();\n";
+    if (apply_)
+      stage(s).unscheduled();
+  }
   void loop_type(int s, const std::string &v, bool rvar, const char *what) {
     declare_var(v, rvar);
     src_ << "    " << stage_text(s) << "." << what << "(" << identifier(v) << ");\n";
@@ -109,6 +132,8 @@ public:
       stage(s).parallel(var(v, rvar));
     else if (w == "vectorize")
       stage(s).vectorize(var(v, rvar));
+    else if (w == "unscheduled")
+      stage(s).unscheduled();
     else
       stage(s).unroll(var(v, rvar));
   }
@@ -119,7 +144,7 @@ public:
   }
   void compute_at(const Function &site, const std::string &site_name, const std::string &v) {
     declare_var(v, false);
-    src_ << "    " << name_ << ".compute_at(" << identifier(site_name) << ", " << identifier(v)
+    src_ << "    " << name_ << ".compute_at(" << site_names_.at(site_name) << ", " << identifier(v)
          << ");\n";
     if (apply_)
       func_.compute_at(Func(site), Var(v));
@@ -130,7 +155,8 @@ private:
   std::ostringstream &src_;
   Func func_;
   std::string name_;
-  std::set<std::string> declared_;
+  std::set<std::string> declared_, func_names_;
+  std::map<std::string, std::string> site_names_;
 };
 
 // The loop a Root Func offers its producers at `level` (see LoopNestModel::has_site).
@@ -156,23 +182,29 @@ void schedule_updates(Writer &w, const FuncNode &f, const FuncChoice &c, const F
     for (const LoopDim &l : st.loops)
       order.push_back({l.var, l.is_rvar});
     const std::string x = f.func.args()[0];
-    bool vectorized = false;
+    bool vectorized = false, scheduled = false;
     if (c.vectorize && f.dims > 0 && st.pure_arg_is_loop[0] && m.vector_width > 1 &&
         m.region[0].extent() >= m.vector_width) {
       w.split(static_cast<int>(s), x, false, x, x + "_v", m.vector_width);
       order.insert(order.begin(), {x + "_v", false});
       w.reorder(static_cast<int>(s), order);
       w.loop_type(static_cast<int>(s), x + "_v", false, "vectorize");
-      vectorized = true;
+      vectorized = scheduled = true;
     }
     const LoopDim &outer = st.loops.back();
     if (c.placement == Placement::Root && !outer.is_rvar && st.pure_arg_is_loop[outer.pure_arg] &&
         m.region[outer.pure_arg].extent() >= 2 && c.parallel_dims > 0 &&
-        !(vectorized && outer.pure_arg == 0))
+        !(vectorized && outer.pure_arg == 0)) {
       w.loop_type(static_cast<int>(s), outer.var, false, "parallel");
+      scheduled = true;
+    }
     if (c.unroll_rvars && st.loops[0].is_rvar && st.loops[0].constant_extent &&
-        st.loops[0].rextent <= 8)
+        st.loops[0].rextent <= 8) {
       w.loop_type(static_cast<int>(s), st.loops[0].var, true, "unroll");
+      scheduled = true;
+    }
+    if (!scheduled)
+      w.unscheduled(static_cast<int>(s));
   }
 }
 
@@ -205,8 +237,7 @@ std::string apply_schedule(const PipelineAnalysis &dag, const State &state,
                             c.at_level));
       if (m.vector_width > 1)
         vectorize_pure(w, 0, f.func.args()[0], m.vector_width);
-      if (c.unroll_rvars || f.stages.size() > 1)
-        schedule_updates(w, f, c, m);
+      schedule_updates(w, f, c, m);
       src << "\n";
       continue;
     }

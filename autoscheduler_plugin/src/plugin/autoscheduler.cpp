@@ -63,6 +63,12 @@ void autoschedule(const Pipeline &pipeline, const Target &target, const MachineP
       plugin_check(false) << "injected failure in the analysis (HKFAC_INJECT_FAILURE)";
     PipelineAnalysis dag(outputs, target);
     const double analysis_s = seconds_since(t0);
+    if (params.debug >= 2) {
+      std::string names;
+      for (const FuncNode &f : dag.funcs)
+        names += " " + f.name + "(" + std::to_string(f.stages.size()) + ")";
+      log_line(params, 2, "Funcs in realization order:" + names);
+    }
     CostModel model(dag, params);
     log_line(params, 1, "weights: " + model.weights_source());
     if (params.inject_failure == "search")

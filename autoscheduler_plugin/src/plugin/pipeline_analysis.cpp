@@ -213,30 +213,24 @@ PipelineAnalysis::PipelineAnalysis(const std::vector<Function> &outputs, const T
       StageNode s;
       s.func = n.id;
       s.index = di;
-      std::map<std::string, const ReductionVariable *> rvars;
-      for (const ReductionVariable &rv : def.schedule().rvars())
-        rvars[rv.var] = &rv;
       s.pure_arg_is_loop.assign(n.dims, false);
-      for (const Dim &d : def.schedule().dims()) {
-        if (d.var == Var::outermost().name())
-          continue;
+      // The default loop nest, innermost first: the RDom's variables, then the pure ones. (Not
+      // the stage's current dims: a pipeline scheduled before may have split them.)
+      for (const ReductionVariable &rv : def.schedule().rvars()) {
         LoopDim l;
-        l.var = d.var;
-        auto rv = rvars.find(d.var);
-        if (rv != rvars.end()) {
-          l.is_rvar = true;
-          l.rmin = constant_of(with_estimates(rv->second->min),
-                               "the min of " + d.var + " in " + n.name);
-          l.rextent = constant_of(with_estimates(rv->second->extent),
-                                  "the extent of " + d.var + " in " + n.name);
-          l.constant_extent = is_const(rv->second->extent);
-        } else {
-          const auto &args = n.func.args();
-          auto a = std::find(args.begin(), args.end(), d.var);
-          plugin_check(a != args.end()) << "loop " << d.var << " of " << n.name;
-          l.pure_arg = static_cast<int>(a - args.begin());
-          s.pure_arg_is_loop[l.pure_arg] = true;
-        }
+        l.var = rv.var;
+        l.is_rvar = true;
+        l.rmin = constant_of(with_estimates(rv.min), "the min of " + rv.var + " in " + n.name);
+        l.rextent =
+            constant_of(with_estimates(rv.extent), "the extent of " + rv.var + " in " + n.name);
+        l.constant_extent = is_const(rv.extent);
+        s.loops.push_back(l);
+      }
+      for (int a = 0; a < n.dims; ++a) {
+        LoopDim l;
+        l.var = n.func.args()[a];
+        l.pure_arg = a;
+        s.pure_arg_is_loop[a] = true;
         s.loops.push_back(l);
       }
       // An update's var is pure only where it writes its own coordinate.
@@ -346,7 +340,7 @@ PipelineAnalysis::PipelineAnalysis(const std::vector<Function> &outputs, const T
         seen[d] = true;
       }
       for (int d = 0; d < n.dims; ++d)
-        input_check(seen[d]) << "Hkfac: the output \"" << n.func.origin_name()
+        input_check(seen[d]) << "Hkfac: the output \"" << n.func.origin_name().substr(0, n.func.origin_name().find('$'))
                              << "\" needs an estimate on dimension " << d << " (\""
                              << n.func.args()[d] << "\") for autoscheduling\n";
     }

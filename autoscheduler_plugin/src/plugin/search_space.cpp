@@ -169,7 +169,9 @@ std::vector<FuncChoice> func_choices(const PipelineAnalysis &dag, const State &s
     for (int d = 0; d < f.dims; ++d)
       tile_points *= std::min(c.tile[d], std::max(1.0, r[d].extent()));
     const double bytes = tile_points * f.bytes_per_point;
-    if (bytes > params.last_level_cache && bytes > smallest_tile)
+    // A tile is worked on by one core: beyond its share of the last-level cache it streams
+    // through memory, so such tilings are kept only when nothing smaller exists.
+    if (bytes > params.last_level_cache / params.parallelism && bytes > smallest_tile)
       continue;
     out.push_back(c);
   }

@@ -23,7 +23,8 @@ PlacementKey placement_key(const FuncChoice &c);
 //    width along dimension 0, powers of two elsewhere; `coarse` keeps every other factor), the
 //    outermost tile loops fused into a parallel loop with at least 2 x parallelism tasks where the
 //    region allows, the innermost dimension vectorized at the native width; tilings whose tile
-//    is larger than the last-level cache are dropped while a smaller one exists;
+//    is larger than one core's share of the last-level cache are dropped while a smaller one
+//    exists;
 //  - compute_at a loop (per tile or per parallel task) of the Root Func that all its consumers
 //    are computed in.
 // `allowed`, when not empty, keeps only those placements (later passes).

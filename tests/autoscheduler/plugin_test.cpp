@@ -1,0 +1,344 @@
+// The Hkfac plugin loaded into Halide in-process: its schedules compute what the plain schedule
+// computes, its errors name the input, its failures fall back, and its featurization holds the
+// values one can count by hand.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <cstdlib>
+#include <cstring>
+#include <fstream>
+#include <string>
+#include <vector>
+
+#include "Halide.h"
+
+using namespace Halide;
+
+namespace {
+
+constexpr int kS = 39;   // CPU schedule features
+constexpr int kAlgo = 287;
+const Target kTarget("x86-64-linux-avx-avx2-f16c-fma-sse41");
+
+// Environment variables set for one test and restored after it.
+class ScopedEnv {
+public:
+  ScopedEnv(const char *name, const char *value) : name_(name) {
+    const char *old = std::getenv(name);
+    had_ = old != nullptr;
+    if (had_)
+      old_ = old;
+    if (value)
+      setenv(name, value, 1);
+    else
+      unsetenv(name);
+  }
+  ~ScopedEnv() {
+    if (had_)
+      setenv(name_.c_str(), old_.c_str(), 1);
+    else
+      unsetenv(name_.c_str());
+  }
+
+private:
+  std::string name_, old_;
+  bool had_ = false;
+};
+
+class HkfacPlugin : public ::testing::Test {
+protected:
+  static void SetUpTestSuite() { load_plugin(HKFAC_PLUGIN_PATH); }
+  ScopedEnv beam_{"HL_BEAM_SIZE", "1"};
+};
+
+// A small pipeline with a stencil, a reduction and a boundary condition: in -> clamped -> blur_x
+// -> blur_y -> out, plus a histogram-like reduction feeding the output.
+struct SmallPipeline {
+  ImageParam in{Float(32), 2, "in"};
+  Func clamped{"clamped"}, blur_x{"blur_x"}, blur_y{"blur_y"}, total{"total"}, out{"out"};
+  Var x{"x"}, y{"y"};
+  RDom r{0, 5, "r"};
+  SmallPipeline(int w, int h, bool estimates = true) {
+    clamped = BoundaryConditions::repeat_edge(in);
+    blur_x(x, y) = (clamped(x - 1, y) + clamped(x, y) + clamped(x + 1, y)) / 3;
+    blur_y(x, y) = (blur_x(x, y - 1) + blur_x(x, y) + blur_x(x, y + 1)) / 3;
+    total(y) = 0.0f;
+    total(y) += blur_y(r, y);
+    out(x, y) = blur_y(x, y) * 2 + total(y);
+    in.set_estimates({{0, w}, {0, h}});
+    if (estimates)
+      out.set_estimates({{0, w}, {0, h}});
+  }
+  Buffer<float> input(int w, int h) const {
+    Buffer<float> b(w, h);
+    for (int j = 0; j < h; ++j)
+      for (int i = 0; i < w; ++i)
+        b(i, j) = std::sin(0.1f * i + 0.37f * j);
+    return b;
+  }
+};
+
+MachineParams machine(uint64_t cache = 16 * 1024 * 1024) { return MachineParams(2, cache, 40); }
+
+Buffer<float> run_root_reference(int w, int h) {
+  SmallPipeline p(w, h);
+  p.clamped.compute_root();
+  p.blur_x.compute_root();
+  p.blur_y.compute_root();
+  p.total.compute_root();
+  p.in.set(p.input(w, h));
+  return p.out.realize({w, h}, kTarget);
+}
+
+void expect_equal(const Buffer<float> &a, const Buffer<float> &b) {
+  ASSERT_EQ(a.width(), b.width());
+  for (int j = 0; j < a.height(); ++j)
+    for (int i = 0; i < a.width(); ++i)
+      ASSERT_NEAR(a(i, j), b(i, j), 1e-5f * (1 + std::fabs(b(i, j)))) << i << "," << j;
+}
+
+std::vector<float> floats(const std::vector<uint8_t> &bytes) {
+  std::vector<float> f(bytes.size() / 4);
+  std::memcpy(f.data(), bytes.data(), f.size() * 4);
+  return f;
+}
+
+TEST_F(HkfacPlugin, ScheduleComputesWhatThePlainScheduleComputes) {
+  for (const char *beam : {"1", "3"}) {
+    ScopedEnv b("HL_BEAM_SIZE", beam);
+    for (const char *seed : {"0", "7"}) {
+      ScopedEnv w("HL_RANDOMIZE_WEIGHTS", seed[0] == '0' ? nullptr : seed);
+      SmallPipeline p(97, 53);
+      Pipeline pipe(p.out);
+      AutoSchedulerResults r = pipe.auto_schedule("Hkfac", kTarget, machine());
+      EXPECT_FALSE(r.schedule_source.empty());
+      EXPECT_EQ(r.scheduler_name, "Hkfac");
+      p.in.set(p.input(97, 53));
+      Buffer<float> got = pipe.realize({97, 53}, kTarget);
+      expect_equal(got, run_root_reference(97, 53));
+    }
+  }
+}
+
+TEST_F(HkfacPlugin, SameSeedGivesSameSchedule) {
+  ScopedEnv b("HL_BEAM_SIZE", "4");
+  ScopedEnv d("HL_RANDOM_DROPOUT", "50");
+  ScopedEnv s("HL_SEED", "12");
+  std::string first;
+  for (int i = 0; i < 3; ++i) {
+    SmallPipeline p(256, 128);
+    AutoSchedulerResults r = Pipeline(p.out).auto_schedule("Hkfac", kTarget, machine());
+    if (i == 0)
+      first = r.schedule_source;
+    EXPECT_EQ(r.schedule_source, first);
+  }
+}
+
+std::string error_of(const std::function<void()> &f) {
+  try {
+    f();
+  } catch (const CompileError &e) {
+    return e.what();
+  }
+  return "";
+}
+
+TEST_F(HkfacPlugin, MissingOutputEstimateNamesFuncAndDimension) {
+  SmallPipeline p(64, 64, /*estimates=*/false);
+  p.out.set_estimate(p.x, 0, 64);
+  const std::string msg =
+      error_of([&] { Pipeline(p.out).auto_schedule("Hkfac", kTarget, machine()); });
+  EXPECT_NE(msg.find("\"out\""), std::string::npos) << msg;
+  EXPECT_NE(msg.find("dimension 1"), std::string::npos) << msg;
+}
+
+TEST_F(HkfacPlugin, MissingInputEstimateNamesInput) {
+  ImageParam in(Float(32), 1, "lonely");
+  Func f("f");
+  Var x("x");
+  RDom r(0, in.width());
+  f(x) = 0.0f;
+  f(x) += in(r) * x;
+  f.set_estimate(x, 0, 16);
+  const std::string msg = error_of([&] { Pipeline(f).auto_schedule("Hkfac", kTarget, machine()); });
+  EXPECT_NE(msg.find("\"lonely\""), std::string::npos) << msg;
+  EXPECT_NE(msg.find("extent of dimension 0"), std::string::npos) << msg;
+}
+
+TEST_F(HkfacPlugin, BadWeightsFailWithTheReadersError) {
+  const std::string path = ::testing::TempDir() + "hkfac_bad.weights";
+  {
+    std::ofstream f(path, std::ios::binary);
+    f << "not weights at all";
+  }
+  ScopedEnv w("HL_WEIGHTS_DIR", path.c_str());
+  SmallPipeline p(64, 64);
+  const std::string msg =
+      error_of([&] { Pipeline(p.out).auto_schedule("Hkfac", kTarget, machine()); });
+  EXPECT_NE(msg.find("HL_WEIGHTS_DIR"), std::string::npos) << msg;
+  EXPECT_NE(msg.find(path), std::string::npos) << msg;
+}
+
+TEST_F(HkfacPlugin, AdamsFeatureWeightsAreRefusedUnlessAllowed) {
+  // Halide's own files carry feature versions 3/3: another featurization than ours.
+  ScopedEnv w("HL_WEIGHTS_DIR", HKFAC_ADAMS2019_WEIGHTS);
+  SmallPipeline p(64, 64);
+  const std::string msg =
+      error_of([&] { Pipeline(p.out).auto_schedule("Hkfac", kTarget, machine()); });
+  EXPECT_NE(msg.find("version"), std::string::npos) << msg;
+  ScopedEnv allow("HKFAC_ALLOW_VERSION_MISMATCH", "1");
+  SmallPipeline q(64, 64);
+  EXPECT_EQ(error_of([&] { Pipeline(q.out).auto_schedule("Hkfac", kTarget, machine()); }), "");
+}
+
+TEST_F(HkfacPlugin, BadParameterValuesNameTheVariable) {
+  for (auto [name, value] : std::vector<std::pair<const char *, const char *>>{
+           {"HL_BEAM_SIZE", "0"}, {"HL_BEAM_SIZE", "abc"}, {"HL_RANDOM_DROPOUT", "101"},
+           {"HKFAC_TIME_LIMIT_S", "-1"}, {"HL_SEED", "1x"}}) {
+    ScopedEnv e(name, value);
+    SmallPipeline p(64, 64);
+    const std::string msg =
+        error_of([&] { Pipeline(p.out).auto_schedule("Hkfac", kTarget, machine()); });
+    EXPECT_NE(msg.find(name), std::string::npos) << name << "=" << value << ": " << msg;
+  }
+  SmallPipeline p(64, 64);
+  const std::string msg = error_of(
+      [&] { Pipeline(p.out).auto_schedule("Hkfac", kTarget, MachineParams(0, 1 << 20, 40)); });
+  EXPECT_NE(msg.find("parallelism"), std::string::npos) << msg;
+}
+
+TEST_F(HkfacPlugin, InternalFailuresFallBackToAValidSchedule) {
+  for (const char *where : {"analysis", "search", "apply"}) {
+    ScopedEnv f("HKFAC_INJECT_FAILURE", where);
+    SmallPipeline p(97, 53);
+    Pipeline pipe(p.out);
+    ::testing::internal::CaptureStderr();
+    AutoSchedulerResults r = pipe.auto_schedule("Hkfac", kTarget, machine());
+    const std::string err = ::testing::internal::GetCapturedStderr();
+    EXPECT_NE(err.find("fallback"), std::string::npos) << where << ": " << err;
+    EXPECT_NE(err.find(where), std::string::npos) << err;
+    EXPECT_NE(r.schedule_source.find("compute_root"), std::string::npos);
+    p.in.set(p.input(97, 53));
+    expect_equal(pipe.realize({97, 53}, kTarget), run_root_reference(97, 53));
+  }
+}
+
+TEST_F(HkfacPlugin, TimeLimitStillGivesACompleteSchedule) {
+  ScopedEnv b("HL_BEAM_SIZE", "64");
+  ScopedEnv t("HKFAC_TIME_LIMIT_S", "0.000001");
+  SmallPipeline p(97, 53);
+  Pipeline pipe(p.out);
+  AutoSchedulerResults r = pipe.auto_schedule("Hkfac", kTarget, machine());
+  EXPECT_FALSE(r.featurization.empty());
+  p.in.set(p.input(97, 53));
+  expect_equal(pipe.realize({97, 53}, kTarget), run_root_reference(97, 53));
+}
+
+TEST_F(HkfacPlugin, TopKWritesRankedSchedules) {
+  const std::string dir = ::testing::TempDir();
+  ScopedEnv b("HL_BEAM_SIZE", "8");
+  ScopedEnv k("HKFAC_TOPK", "3");
+  ScopedEnv d("HKFAC_TOPK_DIR", dir.c_str());
+  SmallPipeline p(128, 64);
+  Pipeline(p.out).auto_schedule("Hkfac", kTarget, machine());
+  std::ifstream table(dir + "/hkfac_topk.txt");
+  ASSERT_TRUE(table.good());
+  std::string line;
+  std::getline(table, line); // header
+  double previous = -1;
+  int rows = 0;
+  for (int rank; table >> rank;) {
+    double cost;
+    std::string file;
+    table >> cost >> file;
+    EXPECT_GE(cost, previous) << "ranked cheapest first";
+    previous = cost;
+    EXPECT_TRUE(std::ifstream(dir + "/" + file).good()) << file;
+    ++rows;
+  }
+  EXPECT_EQ(rows, 3);
+}
+
+// The cache size reaches the choice: one pipeline and one cost model at a time, two caches. Over
+// the shipped weights and a few random models, some choice must change.
+TEST_F(HkfacPlugin, CacheSizeChangesTheSchedule) {
+  ScopedEnv b("HL_BEAM_SIZE", "4");
+  int differ = 0;
+  for (const char *seed : {"0", "1", "2", "3", "4"}) {
+    ScopedEnv w("HL_RANDOMIZE_WEIGHTS", seed[0] == '0' ? nullptr : seed);
+    SmallPipeline small(2048, 1024), large(2048, 1024);
+    const std::string a =
+        Pipeline(small.out).auto_schedule("Hkfac", kTarget, machine(256 * 1024)).schedule_source;
+    const std::string c =
+        Pipeline(large.out).auto_schedule("Hkfac", kTarget, machine(64 << 20)).schedule_source;
+    differ += a != c;
+  }
+  EXPECT_GT(differ, 0);
+}
+
+// Features one can count on paper. g(x, y) = f(x, y) + f(x + 1, y), f(x, y) = in(x, y) * 2 + 1,
+// g estimated at 64 x 32, so f is needed over 65 x 32.
+TEST_F(HkfacPlugin, FeaturizationOfATinyPipelineIsCountable) {
+  for (const char *seed : {"1", "2", "3", "4"}) {
+    ImageParam in(Float(32), 2, "in");
+    Func f("f"), g("g");
+    Var x("x"), y("y");
+    f(x, y) = in(x, y) * 2.0f + 1.0f;
+    g(x, y) = f(x, y) + f(x + 1, y);
+    in.set_estimates({{0, 65}, {0, 32}});
+    g.set_estimates({{0, 64}, {0, 32}});
+    ScopedEnv w("HL_RANDOMIZE_WEIGHTS", seed);
+    Pipeline pipe(g);
+    AutoSchedulerResults r = pipe.auto_schedule("Hkfac", kTarget, machine());
+    const std::vector<float> v = floats(r.featurization);
+    // Three stages in realization order: in_im (Halide's wrapper that every call of an
+    // ImageParam goes through), f, g.
+    ASSERT_EQ(v.size(), 3u * (kS + kAlgo));
+    for (float e : v)
+      ASSERT_TRUE(std::isfinite(e) && e >= 0);
+    const float *ia = v.data() + kS;
+    const float *fs = v.data() + kS + kAlgo, *fa = fs + kS, *gs = fa + kAlgo, *ga = gs + kS;
+    auto op = [](const float *a, int kind, int type) { return a[7 + kind * 7 + type]; };
+    auto access = [](const float *a, int pattern, int kind, int type) {
+      return a[7 + (24 + pattern * 4 + kind) * 7 + type];
+    };
+    enum { kConst = 0, kVariable = 2, kAdd = 4, kMul = 7, kImage = 19, kFunc = 20 };
+    enum { kInt32 = 3, kFloat = 5 };
+    // in_im: in(x, y), a pointwise load of the buffer and a pointwise store.
+    EXPECT_EQ(op(ia, kImage, kFloat), 1);
+    EXPECT_EQ(access(ia, 0, 2, kFloat), 1);
+    EXPECT_EQ(access(ia, 0, 3, kFloat), 1);
+    // f: in_im(x, y) * 2 + 1.
+    EXPECT_EQ(op(fa, kFunc, kFloat), 1);
+    EXPECT_EQ(op(fa, kImage, kFloat), 0);
+    EXPECT_EQ(op(fa, kMul, kFloat), 1);
+    EXPECT_EQ(op(fa, kAdd, kFloat), 1);
+    EXPECT_EQ(op(fa, kConst, kFloat), 2);
+    EXPECT_EQ(op(fa, kVariable, kInt32), 2 + 2); // in(x, y) and the store's f(x, y)
+    EXPECT_EQ(access(fa, 0, 0, kFloat), 1);      // pointwise load of in_im
+    EXPECT_EQ(access(fa, 0, 3, kFloat), 1);      // pointwise store
+    EXPECT_EQ(fa[kFloat], 1);                    // types in use
+    // g: two pointwise calls of f, one float add, one int add and its constant.
+    EXPECT_EQ(op(ga, kFunc, kFloat), 2);
+    EXPECT_EQ(op(ga, kAdd, kFloat), 1);
+    EXPECT_EQ(op(ga, kAdd, kInt32), 1);
+    EXPECT_EQ(op(ga, kConst, kInt32), 1);
+    EXPECT_EQ(access(ga, 0, 0, kFloat), 2);
+    // Schedule features of g, the output: computed once over 64 x 32 floats.
+    EXPECT_EQ(gs[0], 1);          // realizations
+    EXPECT_EQ(gs[5], 64 * 32);    // minimum points
+    EXPECT_EQ(gs[4], 64 * 32);    // points computed (GuardWithIf splits recompute nothing)
+    EXPECT_EQ(gs[13], 64 * 32 * 4); // bytes at root
+    EXPECT_EQ(gs[23], 8);         // AVX2: 8 float lanes
+    // f is either inlined (two calls per point of g) or computed over at least 65 x 32.
+    if (fs[4] == 0) {
+      EXPECT_EQ(fs[17], 2 * 64 * 32);
+    } else {
+      EXPECT_EQ(fs[5], 65 * 32);
+      EXPECT_GE(fs[4], 65 * 32);
+      EXPECT_EQ(fs[17], 0);
+    }
+  }
+}
+
+} // namespace
