@@ -140,7 +140,7 @@ public:
   // keeps its old values. Upper entries read only upper entries of c_in, so whatever the lower
   // triangle holds (even NaN) cannot reach them. A consumer that reads one triangle (a
   // Cholesky, a symmetric eigensolver) needs no more, and at n = 128 the mirrored half's writes
-  // to C are what the update waits on (docs/RESULTS.md, "One triangle").
+  // to C are what the update waits on (docs/RESULTS.md#covariance-write-back).
   CovarianceTiles(bool tiled, int tile, int block_width, bool x_padded, Halide::Func out,
                   Halide::Func c_in, Halide::Func x, Halide::Func xbar, Halide::Expr d,
                   Halide::Expr dx, Halide::Expr n, Halide::Expr a, Halide::Expr b,
@@ -226,7 +226,7 @@ public:
     // reads the pair's stack tile down its columns (a gather per vector from L1), which measured
     // cheaper than staging the tile through Halide's nested-vector transpose, and as fast as or
     // faster than interleave stages in registers: the stores to C limit this loop, and even
-    // writing the lower tile untransposed gained nothing (docs/RESULTS.md, 24th session).
+    // writing the lower tile untransposed gained nothing (docs/RESULTS.md#covariance-c-row-stride).
     const Halide::Expr run = clamp(p.extent() / 16, 1, 8); // p runs over the pairs
     RVar po{"po"}, pin{"pin"};
     result.update(0)
@@ -335,7 +335,7 @@ public:
     }
     // At least one strip column: with X a whole number of tiles wide and no ones column the
     // strip is empty, and an empty device buffer is an allocation error (OpenCL's
-    // CL_INVALID_BUFFER_SIZE under pocl at d = 32, 64, 256; see docs/RESULTS.md). The spare
+    // CL_INVALID_BUFFER_SIZE under pocl at d = 32, 64, 256; docs/RESULTS.md#gpu-schedules). The spare
     // column reads X̄'s padding and is never stored.
     const Expr strip_width = d - dx / tile_ * tile_;
     edge.compute_root()

@@ -5,7 +5,7 @@
 // packs the 8 row addresses into a vector register and extracts them again every iteration
 // (vpaddq, vpextrq, vextracti128, vmovq): about 10 vector-integer uops per 24 FMAs. On Intel's
 // AVX-512 cores these issue on the same two ports as the FMAs. Side by side on one such machine
-// (docs/RESULTS.md), the NN/NT GEMMs went from 0.56-0.78x OpenBLAS to 0.78-1.17x and the
+// (docs/RESULTS.md#slp-vectorizer), the NN/NT GEMMs went from 0.56-0.78x OpenBLAS to 0.78-1.17x and the
 // precondition from 0.72-0.74x to 0.85-1.01x with scalar address arithmetic. The TN products,
 // which read 8 adjacent floats per k step, had no such code. Halide's own vectorization is
 // explicit and unaffected.
