@@ -182,6 +182,7 @@ def main():
         split_file = os.path.join(args.out, "split.csv")
         run([args.retrain, "--epochs=0", "--randomize_weights", f"--samples={all_list}",
              f"--validation={args.validation}", f"--predictions_file={split_file}",
+             f"--weights_out={os.path.join(args.out, 'split.weights')}",
              f"--num_cores={args.num_cores}"])
         train_paths, val_paths = [], []
         for r in read_csv(split_file):
