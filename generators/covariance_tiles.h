@@ -11,41 +11,28 @@
 #include <utility>
 
 #include "Halide.h"
+#include "covariance_tile.h"
 #include "vector_registers.h"
 
 namespace hkfac::gen {
 
-// Width of the square tiles of X̄ᵀX̄; the runtime's dispatch uses the same value to pick the
-// untiled variant for X narrower than one tile (the CPU keeps the untiled variant further, to
-// kCovarianceCpuTiledFrom columns). The GPU schedule always uses it (one thread per element of a
-// tile: 32² threads per block).
-constexpr int kCovarianceTile = 32;
-// The CPU's wide tiles, for wide X (the runtime's kCovarianceWideFrom): a 48-wide register block
-// (3 AVX-512 vectors x 8 rows, 24 accumulators) loads less per FMA than the 32-wide one (2 x 8),
-// and there are fewer than half as many pairs to set up and write back. Side by side (d = 501 to
-// 1001, n = 128 to 1000) the wide tiles were faster in every run, by 2-18%; at d <= 449 they
-// tied or lost (fewer pairs for two cores, a wider strip).
+// The CPU's wide tiles, for wide X (the runtime's kCovarianceWideFrom): a 3-vector x 8-row
+// register block loads less per FMA than the 32-wide tile's 2 x 8, and there are fewer than half
+// as many pairs to set up and write back (docs/RESULTS.md#covariance-wide-tiles).
 constexpr int kCovarianceWideTile = 48;
-// The wide variant's tile with 16 vector registers (AVX2). There a 48-wide tile's best block,
-// 3 x 4, ran no faster than the 32-wide tile's 4 x 2 and its 41-column strip (at d = 1001) cost
-// 5x the 9-column one. A 24-wide tile gets the same 3 x 4 block (12 accumulators, 7 loads and
-// broadcasts per 12 FMAs against 6 per 8) with a strip under 24 columns: on a Zen 3 host it was
-// 3-26% faster than 32-wide at d = 785 and 1001 (n = 128 to 1000, run by run), mixed at d <= 501.
+// The wide variant's tile with 16 vector registers (AVX2): the same 3 x 4 block a 48-wide tile
+// would get, with a strip under 24 columns instead of 41 at d = 1001
+// (docs/RESULTS.md#covariance-wide-tiles).
 constexpr int kCovarianceWideTileAvx2 = 24;
 // The untiled CPU variant's products from this many n·dx² (about twice the multiply-adds its
-// blocks do) run their rows of blocks on both cores; below it one core's work (a few
-// microseconds) costs less than waking the other (where the untiled variant beats the tiled one:
-// the runtime's kCovarianceCpuTiledFrom). The patch generator keeps its product serial: there
-// the same change measured 7.1-8.5 -> 8.2-12.4 ms (d = 26, 100k patch rows, alternated runs),
-// the gathers of each 1024-row call between the parallel products.
+// blocks do) run their rows of blocks on both cores; below it one core's few microseconds cost
+// less than waking the other (docs/RESULTS.md#covariance-small-factors). The patch generator
+// keeps its product serial: its gathers sit between the products, and parallel ones measured
+// slower there.
 constexpr int kCovarianceUntiledParallelFrom = 200000;
 // ... and only from this many rows of X: the cores split the rows of blocks, each running all n
-// rows of X, and with fewer rows a task is too short for the pool's fixed cost. On a Zen 5 host
-// (about 5 µs a call there), back to back through hkfac::kernels against an hkfac::SerialKernels
-// scope, one core ran d = 40 with 128 rows 2.3x as fast as both, d = 64 and d = 100 with 128 rows
-// 1.7x and 1.25x (up to 1.28M n·dx²), while from 256 rows both cores were as fast or faster
-// (d = 64, 100, 150: 1.06-1.35x; d = 24 with 1000 rows 1.2x), except d = 40 at 256 rows (1.4x
-// slower; tied at 512).
+// rows of X, so fewer rows make tasks too short for the pool's fixed cost
+// (docs/RESULTS.md#covariance-small-factors).
 constexpr int kCovarianceUntiledParallelRows = 256;
 
 // The tile width a generator's `tile` parameter asks for, checked against the target. The GPU
@@ -114,11 +101,10 @@ inline RegisterBlock register_block(int tile_vecs, int tile, int registers, bool
 //    products (x * 1 = 1 * x for the ones column) summed by the same code in the same order.
 //
 // Each tile pair is written to C right after it is computed, from a stack buffer: no temporary
-// of size O(d²) exists (fresh pages cost ~10 µs each on the VMs this runs on, more than the
-// arithmetic). The temporaries are the strip, d x (< T), and on the CPU X̄ packed by column
-// tiles, n x (c0 + T): glibc serves a block of a size it has just unmapped from its heap from
-// then on (its mmap threshold adapts), so repeated updates of one shape fault its pages in only
-// once.
+// of size O(d²) exists (fresh pages cost more than the arithmetic). The temporaries are the strip,
+// d x (< T), and on the CPU X̄ packed by column tiles, n x (c0 + T): glibc serves a block of a size
+// it has just unmapped from its heap from then on (its mmap threshold adapts), so repeated updates
+// of one shape fault its pages in only once.
 //
 // Halide infers bounds for the tile stage even when it has no tiles, and a tile would overhang a
 // C narrower than T: X with fewer columns than that uses the untiled form (tiled = false),
@@ -140,7 +126,7 @@ public:
   // keeps its old values. Upper entries read only upper entries of c_in, so whatever the lower
   // triangle holds (even NaN) cannot reach them. A consumer that reads one triangle (a
   // Cholesky, a symmetric eigensolver) needs no more, and at n = 128 the mirrored half's writes
-  // to C are what the update waits on (docs/RESULTS.md, "One triangle").
+  // to C are what the update waits on (docs/RESULTS.md#covariance-write-back).
   CovarianceTiles(bool tiled, int tile, int block_width, bool x_padded, Halide::Func out,
                   Halide::Func c_in, Halide::Func x, Halide::Func xbar, Halide::Expr d,
                   Halide::Expr dx, Halide::Expr n, Halide::Expr a, Halide::Expr b,
@@ -219,14 +205,10 @@ public:
     const int strip_block = register_block(tile_ / vec, tile_, registers, true).rows;
     RVar u = tiles[0], v = tiles[1], side = tiles[2], p = tiles[3];
     // Tile pairs write disjoint parts of C, which Halide cannot prove; both cores take runs of
-    // consecutive pairs (up to 8, at least 16 runs per call). Consecutive pairs' lower tiles lie
-    // side by side in the same rows of C and share the cache lines at their edges: taken one
-    // pair per task, the two cores wrote alternate tiles of a row and passed those lines back
-    // and forth (runs of 8 were 4-8% faster at d = 785 and 1001, n = 128). The mirrored side
-    // reads the pair's stack tile down its columns (a gather per vector from L1), which measured
-    // cheaper than staging the tile through Halide's nested-vector transpose, and as fast as or
-    // faster than interleave stages in registers: the stores to C limit this loop, and even
-    // writing the lower tile untransposed gained nothing (docs/RESULTS.md, 24th session).
+    // consecutive pairs (up to 8, at least 16 runs per call), so they do not write alternate
+    // tiles of the same rows of C and pass the cache lines at the tiles' edges back and forth.
+    // The mirrored side gathers the pair's stack tile down its columns from L1: the stores to C
+    // limit this loop, not the transpose (docs/RESULTS.md#covariance-c-row-stride).
     const Halide::Expr run = clamp(p.extent() / 16, 1, 8); // p runs over the pairs
     RVar po{"po"}, pin{"pin"};
     result.update(0)
@@ -237,12 +219,9 @@ public:
         .split(p, po, pin, run, TailStrategy::GuardWithIf)
         .parallel(po);
     // The pair's product is a T² stack tile. Its rows' register blocks take turns on each
-    // chunk of kChunk rows of X, so the chunk of the column panel (kChunk x T floats) is read
-    // from L2 once and then from L1 by the tile's other blocks; blocks that each streamed all n
-    // rows re-read the whole panel from L2 and stalled on it (32-wide tile products 4.6-5.6 ->
-    // 4.1-4.3 ms at d=1001, n=1000 in alternated profiles). Each block's accumulators are loaded
-    // from and stored to the stack tile once per chunk. Chunks of 64 and 256 rows measured the
-    // same.
+    // chunk of kChunk rows of X, so a chunk of the column panel is read from L2 once and then
+    // from L1 by the tile's other blocks (docs/RESULTS.md#covariance-wide-tiles). Each block's
+    // accumulators are loaded from and stored to the stack tile once per chunk.
     constexpr int kChunk = 128;
     Var iio{"iio"}, iii{"iii"}, jjo{"jjo"}, jji{"jji"};
     RVar ko{"ko"}, ki{"ki"};
@@ -264,18 +243,15 @@ public:
           .unroll(jji)
           .unroll(iii);
     }
-    // The panels, packed once per call (c0 x n floats): read in place, each pair's two panels are
-    // a tile's width of floats from each of n rows a page apart, which the L2 prefetcher does not
-    // follow; packed, the tile products ran 1.6-1.8x faster at d=1001, n=1000
-    // (apps/bench/kernels/profile_covariance.sh). Packing per pair instead repeats the copy for
-    // every pair.
+    // The panels, packed once per call (c0 x n floats): read in place, a pair's two panels are a
+    // tile's width of floats from each of n rows a page apart, which the L2 prefetcher does not
+    // follow (docs/RESULTS.md#covariance-wide-tiles). Packing per pair would repeat the copy.
     xpack.compute_root().bound(ii, 0, tile_).vectorize(ii, vec).parallel(t);
     // The strip (under a tile's width, often just the ones column) in register blocks: a tile's
     // rows x strip_block strip columns, blocks of rows to both cores. A block's rows are one
     // packed tile, and its columns past the strip are the strip tile's padding (ones), so blocks
     // are never cut: the strip is computed over whole tiles of rows and whole groups of
-    // strip_block columns. One accumulator chain per strip column, as before, left the FMA
-    // latency exposed (edge 0.48-0.50 -> 0.17-0.26 ms at d=1001, n=1000).
+    // strip_block columns. One accumulator chain per strip column left the FMA latency exposed.
     Var io_edge{"io_edge"}, ie{"ie"}, co{"co"}, ci{"ci"};
     Func strip = edge.in(result);
     strip.compute_root()
@@ -335,8 +311,8 @@ public:
     }
     // At least one strip column: with X a whole number of tiles wide and no ones column the
     // strip is empty, and an empty device buffer is an allocation error (OpenCL's
-    // CL_INVALID_BUFFER_SIZE under pocl at d = 32, 64, 256; see docs/RESULTS.md). The spare
-    // column reads X̄'s padding and is never stored.
+    // CL_INVALID_BUFFER_SIZE under pocl at d = 32, 64, 256; docs/RESULTS.md#gpu-schedules). The
+    // spare column reads X̄'s padding and is never stored.
     const Expr strip_width = d - dx / tile_ * tile_;
     edge.compute_root()
         .bound(c, 0, max(strip_width, 1))
@@ -345,8 +321,8 @@ public:
     result.update(1).allow_race_conditions().gpu_tile(strip_cols.x, strip_cols.y, xo, yo, xi, yi, 4,
                                                       64, TailStrategy::GuardWithIf);
     if (!upper_only_) {
-      result.update(2).allow_race_conditions().gpu_tile(strip_rows.x, strip_rows.y, xo, yo, xi,
-                                                        yi, 64, 4, TailStrategy::GuardWithIf);
+      result.update(2).allow_race_conditions().gpu_tile(strip_rows.x, strip_rows.y, xo, yo, xi, yi,
+                                                        64, 4, TailStrategy::GuardWithIf);
     }
   }
 
@@ -417,9 +393,8 @@ private:
     tiles.where(upper || pi < pj);
     // The pair's result, a * C + b * gram over its upper tile: the lower tile is that tile
     // transposed, so C's lower triangle is read only inside diagonal tiles and the strip (C is
-    // symmetric on entry). Those reads, a row of C apart, missed the caches: without them (an
-    // experiment that wrote the lower tile wrong) the update at d = 1001, n = 128 ran 1.2x as
-    // fast; with this stage it runs 1.06-1.14x as fast as before (alternated in one process).
+    // symmetric on entry); those reads, a row of C apart, missed the caches
+    // (docs/RESULTS.md#covariance-write-back).
     pair_out(jj, ii, q) = a * c_in_(tj * T + jj, ti * T + ii) + b * gram(jj, ii, q);
     result(col, row) = pair_out(select(upper, u, v), select(upper, v, u), p);
 
@@ -441,13 +416,11 @@ private:
   //
   // X (a buffer) narrower than block_width_ is read from a copy padded with zero columns to
   // that width, so that its product is one register block of whole vectors (the padding's
-  // entries are never written). Read in place, the block's vectors were a partial vector each,
-  // and Halide's predicated loads and stores of every accumulator made the update 6-11x slower
-  // than OpenBLAS's ssyrk at 1-7 columns. The copy's rows are none, and the indices into it one
-  // point, unless X is narrow, so wider X pays one row of zeros for it. (Those selects between
-  // the copy and X must fold away in the blocks' code: where the simplifier could not prove the
-  // patch generator's dx, a product of three scalars, wide, every load became a gather and its
-  // update ran 2-2.5x slower; the patch matrix needs no copy, x_padded.)
+  // entries are never written): read in place, every accumulator became a predicated load and
+  // store (docs/RESULTS.md#narrow-shapes). The copy's rows are none, and the indices into it one
+  // point, unless X is narrow. Those selects must fold away in the blocks' code: where the
+  // simplifier cannot prove X wide (the patch generator's dx, a product of three scalars), every
+  // load becomes a gather, so the patch matrix, which needs no copy, says so (x_padded).
   void define_small(Halide::Func x) {
     using namespace Halide;
     std::function<Expr(const Expr &, const Expr &)> read = [x](const Expr &col, const Expr &row) {
@@ -468,10 +441,9 @@ private:
       // the diagonal (block column >= block row); each is stored as is and, off the diagonal,
       // transposed into the block below it, so gram holds the whole symmetric product, the
       // mirrored entries bitwise equal (the same products summed in the same order). Blocks
-      // shift inwards at X's edge; overlapping blocks store equal values. Forming both triangles
-      // instead, the update ran 1.1-1.7x slower at 20-79 columns (side by side, one process) and
-      // lost to the tiled variant from 72-96 columns; now it wins to about 176 columns
-      // (kCovarianceCpuTiledFrom).
+      // shift inwards at X's edge; overlapping blocks store equal values. Half the products is
+      // what keeps this variant ahead of the tiled one up to kCovarianceCpuTiledFrom columns
+      // (docs/RESULTS.md#covariance-small-factors).
       const int V = block_width_;
       const Expr is_narrow = dx < V;
       auto start = [&](const Expr &blk) { return select(is_narrow, 0, min(blk * V, dx - V)); };

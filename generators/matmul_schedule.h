@@ -205,7 +205,7 @@ public:
     // The previous schedule staged 16-deep k-slices of both operands in shared memory, but its
     // tile was a block-level allocation that Halide 14 copied into every thread, 8 KiB of local
     // memory per thread; Halide 14 does not allow that staging inside the thread loops, where
-    // the register box has to be computed (docs/RESULTS.md, "The GPU schedules on OpenCL").
+    // the register box has to be computed (docs/RESULTS.md#gpu-schedules).
     Var jt("jt"), it("it"), jj("jj"), ii("ii"), jr("jr"), ir("ir"), tx("tx"), ty("ty");
     const int box = 4;
     out.tile(j, i, jt, it, jj, ii, cols_, rows_, TailStrategy::GuardWithIf)

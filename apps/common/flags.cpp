@@ -36,15 +36,20 @@ template <typename Keep> void print_flags(const std::string &usage, Keep keep) {
   for (const absl::CommandLineFlag *f : flags) {
     if (f->Filename() != file) {
       file = f->Filename();
-      std::printf("\n  Flags from %s:\n", file.c_str());
+      // The file's name alone: the compiler recorded the path of the tree it was built from.
+      const size_t slash = file.find_last_of('/');
+      std::printf("\n  Flags from %s:\n",
+                  file.substr(slash == std::string::npos ? 0 : slash + 1).c_str());
     }
     std::printf("    --%s (%s); default: %s;\n", std::string(f->Name()).c_str(), f->Help().c_str(),
                 f->DefaultValue().c_str());
   }
 }
 
-// Handles the help flags absl would answer with exit status 1; returns when there is none.
-void handle_help(int argc, char **argv, const std::string &usage, const std::string &main_file) {
+} // namespace
+
+void handle_help_flags(int argc, char **argv, const std::string &usage,
+                       const std::string &main_file) {
   for (int i = 1; i < argc; ++i) {
     absl::string_view a = argv[i];
     if (a == "--")
@@ -71,8 +76,6 @@ void handle_help(int argc, char **argv, const std::string &usage, const std::str
   }
 }
 
-} // namespace
-
 void parse_flags(int argc, char **argv, const std::string &program, const std::string &usage,
                  const std::string &main_file) {
   std::setvbuf(stdout, nullptr, _IOLBF, 0);
@@ -84,7 +87,7 @@ void parse_flags(int argc, char **argv, const std::string &program, const std::s
     return contains(file, main_file);
   };
   absl::SetFlagsUsageConfig(config);
-  handle_help(argc, argv, usage, main_file);
+  handle_help_flags(argc, argv, usage, main_file);
   const std::vector<char *> rest = absl::ParseCommandLine(argc, argv);
   if (rest.size() > 1) {
     std::fprintf(stderr,

@@ -15,4 +15,10 @@ namespace hkfac::apps {
 void parse_flags(int argc, char **argv, const std::string &program, const std::string &usage,
                  const std::string &main_file);
 
+// parse_flags' help handling alone, for programs that parse the rest themselves: answers --help,
+// --helpshort, --help=SUBSTRING and --helpfull as above (exit status 0) and returns when none is
+// given.
+void handle_help_flags(int argc, char **argv, const std::string &usage,
+                       const std::string &main_file);
+
 } // namespace hkfac::apps

@@ -9,6 +9,7 @@
 #include <fstream>
 #include <iostream>
 #include <limits>
+#include <set>
 #include <sstream>
 
 #include "hkfac/cost_model/samples.h"
@@ -27,7 +28,8 @@ ABSL_FLAG(std::string, weights_out, "", "Write the trained weights here (.weight
 ABSL_FLAG(int, num_cores, 0,
           "Cores of the machine that benchmarked the samples (0: this machine's)");
 ABSL_FLAG(std::string, best_benchmark, "",
-          "Write the fastest sample's runtime (ms) and path to this file");
+          "Write the fastest sample's runtime, schedule id and path to this file, in Halide's "
+          "line format ('Best runtime is R msec, from schedule id I in file P')");
 ABSL_FLAG(std::string, best_schedule, "",
           "Copy the fastest sample's .schedule.h (next to the sample) to this file");
 ABSL_FLAG(std::string, optimizer, "kfac", "kfac | adam");
@@ -114,6 +116,78 @@ int checked_flag(const char *flag, int value, int low) {
   return value;
 }
 
+// The flags named on the command line (absl keeps that to itself): "--rates=0.1", "-rates 0.1"
+// and "--nokfac_adaptive" all name theirs. Words after "--" are not flags.
+std::set<std::string> named_flags(int argc, char **argv) {
+  std::set<std::string> names;
+  for (int i = 1; i < argc; ++i) {
+    std::string a = argv[i];
+    if (a == "--")
+      break;
+    if (a.size() < 2 || a[0] != '-')
+      continue;
+    a = a.substr(a[1] == '-' ? 2 : 1);
+    a = a.substr(0, a.find('='));
+    names.insert(a);
+    if (a.rfind("no", 0) == 0)
+      names.insert(a.substr(2));
+  }
+  return names;
+}
+
+// A flag of the optimizer not chosen would be dropped without a word (a Halide user's --rates
+// under the default K-FAC): refuse it, naming it.
+void check_optimizer_flags(cm::OptimizerKind optimizer, const std::set<std::string> &named) {
+  static const char *const adam_only[] = {"rates", "penalty_weight"};
+  static const char *const kfac_only[] = {
+      "kfac_adaptive",      "kfac_rate",           "kfac_final_rate",       "kfac_damping",
+      "kfac_momentum",      "kfac_inverse_period", "kfac_curvature_period", "kfac_norm_constraint",
+      "kfac_serial_kernels"};
+  const bool kfac = optimizer == cm::OptimizerKind::kfac;
+  const auto refuse = [&](const char *flag) {
+    if (!named.count(flag))
+      return;
+    throw hkfac::Error(std::string("--") + flag + " is " + (kfac ? "an Adam" : "a K-FAC") +
+                       " flag, and --optimizer=" + (kfac ? "kfac" : "adam") + " would ignore it" +
+                       (kfac ? " (K-FAC's rate is --kfac_rate; add --optimizer=adam for Adam)"
+                             : " (add --optimizer=kfac for K-FAC)"));
+  };
+  if (kfac) {
+    for (const char *flag : adam_only)
+      refuse(flag);
+  } else {
+    for (const char *flag : kfac_only)
+      refuse(flag);
+  }
+}
+
+// --initial_weights, with an error that names the flag that would load the file: a file for the
+// other S suggests --schedule_features, one with foreign versions --allow_version_mismatch.
+cm::Weights initial_weights(const std::string &path, int S, bool allow_version_mismatch) {
+  cm::WeightsLoadOptions load;
+  load.expected_schedule_features = S;
+  load.allow_version_mismatch = allow_version_mismatch;
+  try {
+    return cm::load_weights(path, load);
+  } catch (const hkfac::Error &e) {
+    std::string msg = std::string("--initial_weights: ") + e.what();
+    cm::WeightsLoadOptions any; // what the file holds, without the expectations that refused it
+    any.allow_version_mismatch = true;
+    try {
+      const int file_s = cm::load_weights(path, any).schedule_features();
+      if (file_s != S) {
+        msg += "; the file has " + std::to_string(file_s) +
+               " schedule features: pass --schedule_features=" + std::to_string(file_s);
+      } else if (!allow_version_mismatch) {
+        msg += "; pass --allow_version_mismatch to load it anyway";
+      }
+    } catch (const hkfac::Error &) {
+      // Unreadable either way: the first error says why.
+    }
+    throw hkfac::Error(msg);
+  }
+}
+
 // Every numeric flag, checked before anything is loaded; the trainer's own checks would come
 // only after the samples were read, some (K-FAC's) only after the first epoch.
 cm::TrainOptions train_options() {
@@ -172,8 +246,10 @@ void write_best(const cm::TrainingData &data) {
   }
   const std::string path = best_p->paths[best_i];
   if (const std::string out = absl::GetFlag(FLAGS_best_benchmark); !out.empty()) {
+    // Halide's line, which its autotune_loop.sh and users' scripts read.
     std::ostringstream text;
-    text << best_p->runtimes_ms[best_i] << " " << path << "\n";
+    text << "Best runtime is " << best_p->runtimes_ms[best_i] << " msec, from schedule id "
+         << best_p->schedule_ids[best_i] << " in file " << path << "\n";
     hkfac::tools::write_output_flag("--best_benchmark", out, text.str());
   }
   if (const std::string out = absl::GetFlag(FLAGS_best_schedule); !out.empty()) {
@@ -213,11 +289,12 @@ void write_predictions(const cm::Weights &w, const cm::TrainingData &data, int c
 } // namespace
 
 int main(int argc, char **argv) {
+  const std::set<std::string> named = named_flags(argc, argv);
   return hkfac::tools::run_tool(
       argc, argv, "retrain_cost_model", "retrain_cost_model.cpp",
       "Trains the hkfac cost model on .sample files (paths on stdin or --samples).\n"
       "  retrain_cost_model --randomize_weights --weights_out=OUT.weights [flags] < samples.txt",
-      [](const std::vector<std::string> &args) {
+      [&named](const std::vector<std::string> &args) {
         if (!args.empty())
           throw hkfac::Error("unexpected argument '" + args.front() +
                              "' (sample paths go on "
@@ -228,6 +305,7 @@ int main(int argc, char **argv) {
           throw hkfac::Error("give exactly one of --initial_weights and --randomize_weights");
         const int S = hkfac::tools::schedule_features_flag(absl::GetFlag(FLAGS_schedule_features));
         cm::TrainOptions o = train_options();
+        check_optimizer_flags(o.optimizer, named);
         std::vector<double> rates = parse_rates(absl::GetFlag(FLAGS_rates));
         if (o.optimizer == cm::OptimizerKind::kfac)
           rates = {rates.front()}; // K-FAC's rate is --kfac_rate (or adaptive)
@@ -248,11 +326,9 @@ int main(int argc, char **argv) {
         if (!csv_path.empty())
           hkfac::tools::check_stream_output_flag("--csv", csv_path);
 
-        cm::WeightsLoadOptions load;
-        load.expected_schedule_features = S;
-        load.allow_version_mismatch = absl::GetFlag(FLAGS_allow_version_mismatch);
         const cm::Weights start =
-            randomize ? cm::random_weights(S, o.seed) : cm::load_weights(initial, load);
+            randomize ? cm::random_weights(S, o.seed)
+                      : initial_weights(initial, S, absl::GetFlag(FLAGS_allow_version_mismatch));
 
         cm::SampleSet set = cm::load_samples(sample_paths(), S);
         for (const cm::SampleRejection &r : set.rejected)
@@ -278,7 +354,7 @@ int main(int argc, char **argv) {
         }
         const std::string opt_name = absl::GetFlag(FLAGS_optimizer);
         cm::Weights best;
-        double best_loss = std::numeric_limits<double>::infinity();
+        double best_loss = std::numeric_limits<double>::infinity(), best_rate = 0;
         for (double rate : rates) {
           o.rate = rate;
           cm::EpochRecord last;
@@ -320,10 +396,18 @@ int main(int argc, char **argv) {
           const double score = data.validation_schedules() ? last.validation.loss : last.train.loss;
           if (rates.size() == 1 || score < best_loss) {
             best_loss = score;
+            best_rate = rate;
             best = w;
           }
         }
         cm::save_weights_file(best, weights_out);
+        if (rates.size() > 1) {
+          std::printf("wrote %s: the weights of Adam rate %g, the lowest %s loss (%.4f) of the %zu "
+                      "rates\n",
+                      weights_out.c_str(), best_rate,
+                      data.validation_schedules() ? "validation" : "training", best_loss,
+                      rates.size());
+        }
         if (const std::string out = absl::GetFlag(FLAGS_predictions_file); !out.empty())
           write_predictions(best, data, o.num_cores, out);
         return 0;

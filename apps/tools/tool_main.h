@@ -15,6 +15,7 @@
 
 #include <sys/stat.h>
 
+#include "flags.h"
 #include "hkfac/allocator.h"
 #include "hkfac/error.h"
 #include "hkfac/file_util.h"
@@ -83,6 +84,7 @@ int run_tool(int argc, char **argv, const char *name, const char *source_file, c
     return file.find(source_file) != absl::string_view::npos;
   };
   absl::SetFlagsUsageConfig(config);
+  apps::handle_help_flags(argc, argv, usage, source_file); // absl's own help exits 1
   const std::vector<char *> parsed = absl::ParseCommandLine(argc, argv);
   const std::vector<std::string> args(parsed.begin() + 1, parsed.end());
   try {

@@ -15,6 +15,8 @@
 #include "hkfac/device.h"
 #include "hkfac/error.h"
 
+#include "generators/covariance_tile.h"
+
 namespace hkfac::detail {
 
 // The message of the last halide_error raised on this thread (captured by our error handler).
@@ -114,39 +116,30 @@ bool same_view(const halide_buffer_t *a, const halide_buffer_t *b);
 int rows_of(const halide_buffer_t *b);
 int cols_of(const halide_buffer_t *b);
 
-// The covariance generators' tile width (generators/covariance_tiles.h, kCovarianceTile): their
-// tiled variants need X (or the patches) at least one tile wide; narrower goes to the untiled.
-constexpr int kCovarianceTile = 32;
+// The covariance generators' tile width: their tiled variants need X (or the patches) at least
+// one tile wide; narrower goes to the untiled variant.
+using gen::kCovarianceTile;
 // On the CPU, X (not the patches) narrower than this takes the untiled variant even when it is a
-// tile wide or more: its vector-wide blocks on and above the diagonal, mirrored (rows of blocks
-// on both cores from 200k n·dx² and 256 rows), have no tile pairs, edge strip or write-back to
-// set up. Side by side with the tiled variant (one process, Zen 3 AVX2, two grids of 16 to 1024
-// rows) it ran 1.25-2.1x as fast at 72-120 columns, 0.92-1.73x at 128 (where X is whole tiles,
-// without a strip), 1.05-1.73x at 136-176, and 0.90-1.08x at 200; at 256 the tiled variant wins
-// (0.73-0.87x). K-FAC's factors of small layers (the cost model's 40, 33, 32 and 24; an
-// autoencoder's 31-wide bottleneck; a 100-unit layer's 101) are of this size.
+// tile wide or more: it has no tile pairs, edge strip or write-back to set up, and K-FAC's small
+// layers' factors are this size (docs/RESULTS.md#covariance-small-factors).
 constexpr int kCovarianceCpuTiledFrom = 160;
-// X at least this wide takes the covariance kernel's wide-tile CPU variant (kCovarianceWideTile =
-// 48 columns with AVX-512): side by side with the 32-wide tiles it was 2-18% faster from d = 501
-// to 1001, tied from 321 to 449 and slower at 257 with n = 1000 (fewer tile pairs for two
-// cores). With AVX2 the variant's tiles are 24 wide, 3-26% faster at d = 785 to 1001 and mixed
-// around 501.
+// X at least this wide takes the covariance kernel's wide-tile CPU variant (48 columns with
+// AVX-512, 24 with AVX2); below it the wide tiles tie or lose, having fewer pairs for two cores
+// (docs/RESULTS.md#covariance-wide-tiles).
 constexpr int kCovarianceWideFrom = 480;
 // A transposed-A product at least this deep, with at least kGemmPackedOutputsFrom outputs, takes
-// the CPU variant that copies A into rows first: side by side 1.01-1.07x as fast at depth 256
-// and 1.2-1.3x at depth 1000, and 23-26% slower on small products (251 x 30, depth 128 or 256),
-// where the copy is a large share of the work.
+// the CPU variant that copies A into rows first; on small products the copy costs more than it
+// saves (docs/RESULTS.md#transposed-operand-packing).
 constexpr int kGemmPackedDepthFrom = 256;
 constexpr long kGemmPackedOutputsFrom = 256L * 256;
 // The same copy for dense_backward's dW = Xᵀ dZ, from this batch on (and at least
-// kGemmPackedOutputsFrom weights): side by side the whole backward pass ran 1.04-1.14x as fast
-// at batches 512 and 1000, but 0.89-1.04x at 256, where dW is a smaller part of it.
+// kGemmPackedOutputsFrom weights): below it dW is too small a part of the backward pass
+// (docs/RESULTS.md#transposed-operand-packing).
 constexpr int kDenseBackwardPackedBatchFrom = 512;
 
 // Products with at most this many output columns (dense layers' outputs, gemm's C) take the CPU
-// variants with one-vector tiles (generators/matmul_schedule.h, `narrow`): side by side with the
-// 3-vector tiles (gemm NN, AVX2) they were 2.2-3.7x as fast at 1-8 columns, 1.1-1.4x at 12-16,
-// and mixed at 20 (0.86-1.73x).
+// variants with one-vector tiles (generators/matmul_schedule.h, `narrow`), where 3-vector tiles
+// would be mostly padding (docs/RESULTS.md#narrow-shapes).
 constexpr int kNarrowColumnsTo = 16;
 // One output column of an untransposed A at least this deep takes the CPU variants that form each
 // row's dot product along k (Tiles::one_column), which need a whole vector of depth (16 floats
@@ -154,12 +147,9 @@ constexpr int kNarrowColumnsTo = 16;
 constexpr int kOneColumnDepthFrom = 16;
 
 // Rows per call when a CPU covariance kernel's reduction is blocked (for_each_row_block): each
-// call packs its rows into column panels, and beyond a few thousand rows the panels no longer
-// stay in cache while the tile pairs stream them. With patch rows of convolutions (d = 26 to 577,
-// n = 8192 to 131072, apps/bench/kernels patch_covariance) blocks of 1024 rows made the
-// covariance kernel up to 1.9x faster than one call over all rows (1.0-1.9x, separate runs), and
-// 512 to 4096 rows differed by less than the run-to-run noise. The K-FAC shapes of dense layers (n
-// <= 1000) are one block.
+// call packs its rows into column panels, which must stay in cache while the tile pairs stream
+// them (docs/RESULTS.md#patch-covariance). The K-FAC shapes of dense layers (n <= 1000) are one
+// block.
 constexpr int kCpuReductionBlockRows = 1024;
 
 // Calls run(part, first) for consecutive row blocks of a host matrix buffer (rows = dimension 1),

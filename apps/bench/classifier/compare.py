@@ -1,6 +1,6 @@
 #!/usr/bin/env python3
 """K-FAC against Adam on the convolutional Fashion-MNIST classifier (apps/classifier), one run
-after another in this session, each for --budget seconds of training with the test set (10,000
+after another, each for --budget seconds of training with the test set (10,000
 images) evaluated every --eval-every seconds, clock paused. Adam runs at each of --adam-rates;
 K-FAC with the app's defaults (kfac-jax's adaptive learning rate, momentum and damping) at each
 of --kfac-batches. Prints a markdown table (test accuracy and loss at fixed times, the best

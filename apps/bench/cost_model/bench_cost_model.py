@@ -2,7 +2,7 @@
 """Cost-model training benchmark: hkfac K-FAC vs hkfac Adam vs Halide 14's retrain_cost_model.
 
 All runs train on the same samples with the same validation split (taken from the hkfac split, so
-Halide's trainer sees only the training schedules), one after another in this session. hkfac
+Halide's trainer sees only the training schedules), one after another. hkfac
 runs report validation loss and ordering accuracy per epoch through --csv. Halide's tool has no
 validation output on a split of ours, so its per-epoch training loss and accuracy are parsed
 from its log, and its final weights are scored on our validation schedules by a run with rate 0
@@ -182,6 +182,7 @@ def main():
         split_file = os.path.join(args.out, "split.csv")
         run([args.retrain, "--epochs=0", "--randomize_weights", f"--samples={all_list}",
              f"--validation={args.validation}", f"--predictions_file={split_file}",
+             f"--weights_out={os.path.join(args.out, 'split.weights')}",
              f"--num_cores={args.num_cores}"])
         train_paths, val_paths = [], []
         for r in read_csv(split_file):

@@ -2,22 +2,21 @@
 """Convergence benchmark (K-FAC 2 of BENCHMARKS.md, which lives at ../shared/BENCHMARKS.md beside
 the repository): the Fashion-MNIST deep autoencoder for a fixed wall-clock budget, K-FAC vs Adam
 at each learning rate in the same binary (apps/autoencoder), plus PyTorch Adam (Debian's
-python3-torch) on the identical model and data at the best rate, one run after another in this
-session.
+python3-torch) on the identical model and data at the best rate, one run after another.
 
 K-FAC runs with the flags of --kfac-flags: by default apps/autoencoder/kfac_fixed_rate.flags, a
 fixed learning rate (1e-2) and momentum (0.3), adaptive damping, and batch 256 (much of a K-FAC
 step's cost, the preconditioning and the inverses, does not grow with the batch, so it pays to
 feed it more examples per step). The demo's apps/autoencoder/kfac_tuned.flags take the learning
 rate and momentum from the quadratic model instead: about as much progress per step, but two
-Jacobian-vector products more per step (docs/RESULTS.md, twenty-fourth session). So that the
+Jacobian-vector products more per step (docs/RESULTS.md#fixed-rate-k-fac). So that the
 batch size alone cannot explain a difference, the best Adam rate is also run at each of
 --adam-extra-batches, and the target is the best final loss of all Adam runs.
 
 Each run logs its mini-batch objective per step. Curves are compared after a running median
 over --smooth steps. The target is the best Adam run's smoothed loss at the end of the budget;
 the result is the first time K-FAC's smoothed loss reaches it, as a fraction of the budget (the
-issue's target: at most 1/3). A running median of mini-batch losses still wanders by a unit or
+target: at most 1/3). A running median of mini-batch losses still wanders by a unit or
 two, so a curve can touch the target early and rise above it again; the second reading is
 steadier: the mean loss over a trailing window of --window seconds, the best Adam run's last
 window against the first of K-FAC's windows to match it. The third reading has no mini-batch

@@ -28,7 +28,7 @@ struct TrainOptions {
   // K-FAC. The defaults are fixed values found stable on this loss: the adaptive variant
   // (kfac-jax's damping, learning rate and momentum from the quadratic model) fits the training
   // schedules fast but trusts the Gauss–Newton model of a loss in 1/p too far, and predictions
-  // of held-out schedules collapse (docs/RESULTS.md, cost-model training).
+  // of held-out schedules collapse (docs/RESULTS.md#cost-model-k-fac-settings).
   bool kfac_adaptive = false;
   double kfac_rate = 0.3;
   // When set, the rate falls from kfac_rate to this along a half cosine over `epochs` (kfac-jax

@@ -99,7 +99,12 @@ TrainingData make_training_data(SampleSet &&set, int S, const Split &split, bool
       if (deduplicate && it != seen.end() &&
           std::memcmp(p.schedule_features[it->second].data(), s.schedule_features.data(),
                       s.schedule_features.size_in_bytes()) == 0) {
-        p.runtimes_ms[it->second] = std::min(p.runtimes_ms[it->second], s.runtime_ms);
+        const int kept = it->second;
+        if (s.runtime_ms < p.runtimes_ms[kept]) {
+          p.runtimes_ms[kept] = s.runtime_ms;
+          p.paths[kept] = ps.paths[k];
+          p.schedule_ids[kept] = s.schedule_id;
+        }
         ++data.duplicates;
         continue;
       }
@@ -116,6 +121,7 @@ TrainingData make_training_data(SampleSet &&set, int S, const Split &split, bool
       p.schedule_features.push_back(s.schedule_features);
       p.runtimes_ms.push_back(s.runtime_ms);
       p.paths.push_back(ps.paths[k]);
+      p.schedule_ids.push_back(s.schedule_id);
     }
     found_held_out |= p.pipeline_id == held_out;
     data.pipelines.push_back(std::move(p));

@@ -20,7 +20,9 @@ struct PipelineData {
   Buffer<float> pipeline_features;              // (40, 7, stages)
   std::vector<Buffer<float>> schedule_features; // each (S, stages)
   std::vector<float> runtimes_ms;
+  // The sample each runtime comes from: of merged repeats, the fastest one's.
   std::vector<std::string> paths;
+  std::vector<int32_t> schedule_ids;
   std::vector<int> train, validation; // indices into the schedules
 };
 

@@ -165,8 +165,8 @@ int predict_lanes() {
 
 // A batch of fewer schedules than a vector, padded to one vector. The kernel computes whole
 // vectors of schedules and reads a partial one through clamped indices, a gather per feature and
-// stage: with AVX-512 and 20 stages, batches of 1 to 8 took 25-27 µs and 16 took 18 µs. The
-// padding repeats the last schedule and its predictions are dropped. The buffers are kept per
+// stage, which made a batch of 1 dearer than a batch of 16 (docs/RESULTS.md#cost-model-batch-size).
+// The padding repeats the last schedule and its predictions are dropped. The buffers are kept per
 // thread, as a search calls this thousands of times a second.
 struct PaddedBatch {
   Buffer<float> features, predictions;

@@ -9,7 +9,7 @@
 
 #include <memory>
 
-#include "test_util.h"
+#include "../test_util.h"
 
 namespace hkfac {
 namespace {

@@ -11,7 +11,7 @@
 #include "hkfac/kernels/diagonal.h"
 #include "hkfac/kernels/gemm.h"
 #include "hkfac/kernels/precondition.h"
-#include "test_util.h"
+#include "../test_util.h"
 
 namespace hkfac {
 namespace {

@@ -12,7 +12,7 @@
 
 #include "hkfac/kernels/covariance.h"
 #include "hkfac/kernels/gemm.h"
-#include "test_util.h"
+#include "../test_util.h"
 
 namespace hkfac {
 namespace {

@@ -13,7 +13,7 @@
 #include "hkfac/kernels/cost_model.h"
 #include "hkfac/kernels/covariance.h"
 #include "hkfac/kernels/gemm.h"
-#include "test_util.h"
+#include "../test_util.h"
 
 namespace hkfac {
 namespace {

@@ -18,7 +18,7 @@
 #include "hkfac/kernels/gemm.h"
 #include "hkfac/kernels/patch_covariance.h"
 #include "hkfac/kernels/precondition.h"
-#include "test_util.h"
+#include "../test_util.h"
 
 namespace {
 std::atomic<bool> g_counting{false};

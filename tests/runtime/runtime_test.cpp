@@ -2,7 +2,7 @@
 #include "hkfac/buffer.h"
 #include "hkfac/device.h"
 
-#include "test_util.h"
+#include "../test_util.h"
 
 namespace hkfac {
 namespace {
