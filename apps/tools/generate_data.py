@@ -303,6 +303,11 @@ def main():
                 failed += 1
                 continue
             feat = os.path.join(d, f"{pipeline.name}_s{k}.featurization")
+            if os.path.getsize(feat) == 0:
+                # The scheduler fell back (Hkfac writes no featurization then): not a sample.
+                mark_failed(d, "empty featurization (the scheduler fell back)")
+                failed += 1
+                continue
             write_sample(feat, ms, pipeline.id, k, sample)
             if checked is None:
                 checked = cross_check(feat, ms, pipeline.id, k, sample)

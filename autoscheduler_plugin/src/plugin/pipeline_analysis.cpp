@@ -226,20 +226,19 @@ PipelineAnalysis::PipelineAnalysis(const std::vector<Function> &outputs, const T
         l.constant_extent = is_const(rv.extent);
         s.loops.push_back(l);
       }
+      // An update loops over a pure variable only where it writes its own coordinate there
+      // (Halide's pure vars of an update); other coordinates come from the RDom.
       for (int a = 0; a < n.dims; ++a) {
+        if (di > 0) {
+          const Variable *v = def.args()[a].as<Variable>();
+          if (!v || v->name != n.func.args()[a])
+            continue;
+        }
         LoopDim l;
         l.var = n.func.args()[a];
         l.pure_arg = a;
         s.pure_arg_is_loop[a] = true;
         s.loops.push_back(l);
-      }
-      // An update's var is pure only where it writes its own coordinate.
-      if (di > 0) {
-        for (int a = 0; a < n.dims; ++a) {
-          const Variable *v = def.args()[a].as<Variable>();
-          if (!v || v->name != n.func.args()[a])
-            s.pure_arg_is_loop[a] = false;
-        }
       }
 
       std::vector<Expr> exprs = def.values();
