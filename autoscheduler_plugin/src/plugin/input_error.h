@@ -1,4 +1,4 @@
-// Errors in what the user gave the plugin, which fail the generator instead of falling back.
+// The plugin's two kinds of error: the user's input (fails the generator) and its own (falls back).
 #pragma once
 
 #include <sstream>
@@ -15,48 +15,27 @@ struct InputError : Halide::CompileError {
   explicit InputError(const std::string &msg) : Halide::CompileError(msg) {}
 };
 
-// `input_check(cond) << "message"` throws InputError with the message when cond is false.
-class InputCheck {
-public:
-  explicit InputCheck(bool ok) : ok_(ok) {}
-  InputCheck(const InputCheck &) = delete;
-  template <typename T>
-  InputCheck &operator<<(const T &x) {
-    if (!ok_)
-      msg_ << x;
-    return *this;
-  }
-  ~InputCheck() noexcept(false) {
-    if (!ok_)
-      throw InputError(msg_.str());
-  }
-
-private:
-  bool ok_;
-  std::ostringstream msg_;
-};
-
-inline InputCheck input_check(bool ok) { return InputCheck(ok); }
-
 // A failure of the plugin itself: caught at the entry point, which applies the fallback.
 struct PluginError : std::runtime_error {
   explicit PluginError(const std::string &msg) : std::runtime_error(msg) {}
 };
 
-// `plugin_check(cond) << "message"` throws PluginError when cond is false.
-class PluginCheck {
+// `Check<E>(cond) << "message"` throws E with the message, at the end of the statement, when
+// cond is false (the form of Halide's user_assert).
+template <typename E>
+class Check {
 public:
-  explicit PluginCheck(bool ok) : ok_(ok) {}
-  PluginCheck(const PluginCheck &) = delete;
+  explicit Check(bool ok) : ok_(ok) {}
+  Check(const Check &) = delete;
   template <typename T>
-  PluginCheck &operator<<(const T &x) {
+  Check &operator<<(const T &x) {
     if (!ok_)
       msg_ << x;
     return *this;
   }
-  ~PluginCheck() noexcept(false) {
+  ~Check() noexcept(false) {
     if (!ok_)
-      throw PluginError(msg_.str());
+      throw E(msg_.str());
   }
 
 private:
@@ -64,6 +43,7 @@ private:
   std::ostringstream msg_;
 };
 
-inline PluginCheck plugin_check(bool ok) { return PluginCheck(ok); }
+inline Check<InputError> input_check(bool ok) { return Check<InputError>(ok); }
+inline Check<PluginError> plugin_check(bool ok) { return Check<PluginError>(ok); }
 
 } // namespace hkfac::sched
