@@ -1,12 +1,15 @@
 // The 287 algorithm features of one stage: what it computes, independent of any schedule.
 #pragma once
 
+#include <array>
 #include <string>
 
 #include "Halide.h"
-#include "pipeline_analysis.h"
 
 namespace hkfac::sched {
+
+constexpr int kAlgorithmFeatureCount = 287;
+using AlgorithmFeatures = std::array<int, kAlgorithmFeatureCount>;
 
 // Layout (the cost model reads the last 280 as a 40 x 7 grid, generators/cost_model_features.h):
 //   [0, 7)     types in use: Bool, 8-, 16-, 32-, 64-bit integers, Float, Double (1 if any value

@@ -19,30 +19,8 @@ namespace {
 
 constexpr int kS = kCpuFeatureCount;
 constexpr int kMaxBatch = 1024;
-// The cache and balance the network's fixed cost terms assume (generators/cost_model.h: the
-// root working set against 8 MiB) and the balance of the training machines.
-constexpr double kReferenceCache = 8.0 * 1024 * 1024;
-constexpr double kReferenceBalance = 40;
 
 } // namespace
-
-void machine_adjusted_features(const Parameters &params, float *f, int stages) {
-  // Working sets are measured against the machine's last-level cache: the network compares them
-  // with fixed sizes, so they are scaled by reference / actual (a 64 MB cache makes a working set
-  // look 8x smaller than an 8 MB one). Memory traffic is scaled by the balance, the cost of a
-  // miss relative to an operation.
-  const float cache = static_cast<float>(kReferenceCache / params.last_level_cache);
-  const float balance = static_cast<float>(params.balance / kReferenceBalance);
-  for (int s = 0; s < stages; ++s) {
-    float *o = f + static_cast<size_t>(s) * kS;
-    for (int i : {kCpuWorkingSet, kCpuWorkingSetAtTask, kCpuWorkingSetAtProduction,
-                  kCpuWorkingSetAtRealization, kCpuWorkingSetAtRoot})
-      o[i] *= cache;
-    for (int i : {kCpuUniqueLinesReadPerRealization, kCpuUniqueLinesReadPerVector,
-                  kCpuUniqueLinesReadPerTask})
-      o[i] *= balance;
-  }
-}
 
 CostModel::CostModel(const PipelineAnalysis &dag, const Parameters &params)
     : dag_(dag), params_(params) {

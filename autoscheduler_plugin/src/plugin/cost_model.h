@@ -39,8 +39,4 @@ private:
   double featurize_s_ = 0, network_s_ = 0;
 };
 
-// The schedule features as the network sees them: the raw features with the machine's cache
-// size and balance folded in (see cost_model.cpp).
-void machine_adjusted_features(const Parameters &params, float *stage_features, int stages);
-
 } // namespace hkfac::sched

@@ -5,7 +5,6 @@
 #include <map>
 #include <set>
 
-#include "algorithm_features.h"
 
 namespace hkfac::sched {
 

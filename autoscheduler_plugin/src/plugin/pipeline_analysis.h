@@ -7,6 +7,7 @@
 
 #include "Halide.h"
 #include "input_error.h"
+#include "algorithm_features.h"
 #include "bound_expr.h"
 
 namespace hkfac::sched {
@@ -20,8 +21,6 @@ using Box = std::vector<Span>;
 double box_points(const Box &b);
 void box_union_into(Box &into, const Box &b);
 
-constexpr int kAlgorithmFeatureCount = 287;
-using AlgorithmFeatures = std::array<int, kAlgorithmFeatureCount>;
 
 // One loop of a stage's default loop nest. Pure loops cover a dimension of the Func's region;
 // reduction loops (RVars) cover their RDom's constant range.

@@ -5,7 +5,6 @@
 #include <cmath>
 #include <cstring>
 
-#include "cost_model.h"
 #include "cost_model_features.h"
 
 namespace hkfac::sched {
@@ -15,6 +14,11 @@ using namespace hkfac::cost_model;
 namespace {
 
 constexpr double kLine = 64;
+constexpr int kS = kCpuFeatureCount;
+// The cache and balance the network's fixed cost terms assume (generators/cost_model.h: the
+// root working set against 8 MiB) and the balance of the training machines.
+constexpr double kReferenceCache = 8.0 * 1024 * 1024;
+constexpr double kReferenceBalance = 40;
 
 // Distinct bytes and cache lines of a box of elements `elem_bytes` wide (dimension 0 contiguous).
 void footprint(const Box &b, int elem_bytes, double &bytes, double &lines) {
@@ -189,6 +193,24 @@ void cpu_schedule_features(const PipelineAnalysis &dag, const State &state,
         if (!std::isfinite(o[i]) || o[i] < 0)
           o[i] = 0;
     }
+  }
+}
+
+void machine_adjusted_features(const Parameters &params, float *f, int stages) {
+  // Working sets are measured against the machine's last-level cache: the network compares them
+  // with fixed sizes, so they are scaled by reference / actual (a 64 MB cache makes a working set
+  // look 8x smaller than an 8 MB one). Memory traffic is scaled by the balance, the cost of a
+  // miss relative to an operation.
+  const float cache = static_cast<float>(kReferenceCache / params.last_level_cache);
+  const float balance = static_cast<float>(params.balance / kReferenceBalance);
+  for (int s = 0; s < stages; ++s) {
+    float *o = f + static_cast<size_t>(s) * kS;
+    for (int i : {kCpuWorkingSet, kCpuWorkingSetAtTask, kCpuWorkingSetAtProduction,
+                  kCpuWorkingSetAtRealization, kCpuWorkingSetAtRoot})
+      o[i] *= cache;
+    for (int i : {kCpuUniqueLinesReadPerRealization, kCpuUniqueLinesReadPerVector,
+                  kCpuUniqueLinesReadPerTask})
+      o[i] *= balance;
   }
 }
 

@@ -16,6 +16,10 @@ namespace hkfac::sched {
 void cpu_schedule_features(const PipelineAnalysis &dag, const State &state,
                            const LoopNestModel &model, float *out);
 
+// The schedule features as the network sees them: the raw features with the machine's cache
+// size and balance folded in (stage-major rows of 39, as cpu_schedule_features writes them).
+void machine_adjusted_features(const Parameters &params, float *stage_features, int stages);
+
 // The featurization file of a complete schedule: per stage, the 39 schedule features as the
 // network sees them (machine_adjusted_features) then the 287 algorithm features, float32 (the
 // layout Halide 14's .featurization uses), so a sample trains exactly what the search scores.
