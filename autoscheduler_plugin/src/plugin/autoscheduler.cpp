@@ -106,8 +106,8 @@ void autoschedule(const Pipeline &pipeline, const Target &target, const MachineP
   }
 }
 
-// Registration at load time. Halide's map of autoschedulers is global: a second plugin taking
-// the name would silently replace ours, so a taken name is refused.
+// Registration at load time. Halide refuses a name already taken (by throwing, here inside
+// static initialisation): that is caught and reported, so loading never aborts the generator.
 struct Registration {
   Registration() {
     try {
