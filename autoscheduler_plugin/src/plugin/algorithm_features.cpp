@@ -117,7 +117,7 @@ private:
 } // namespace
 
 AlgorithmFeatures algorithm_features(const Function &func, const Definition &def,
-                                     const std::string &self, const std::string & /*inner_var*/) {
+                                     const std::string &self) {
   AlgorithmFeatures f{};
   FeatureCounter counter(f, func, self);
   for (const Expr &v : def.values())

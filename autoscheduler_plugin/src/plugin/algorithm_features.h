@@ -39,6 +39,6 @@ inline int access_feature_index(int pattern, int kind, int type) {
 // The features of `def` (a definition of `func`, named `self`).
 AlgorithmFeatures algorithm_features(const Halide::Internal::Function &func,
                                      const Halide::Internal::Definition &def,
-                                     const std::string &self, const std::string &inner_var);
+                                     const std::string &self);
 
 } // namespace hkfac::sched

@@ -25,8 +25,6 @@ struct FuncModel {
   double inlined_calls = 0;  // Inline: calls made to it in total
   double inline_fanout = 0;  // Inline: copies of its expression per point of a computed Func
   double points_total = 0;   // pure stage points over all realizations
-  double working_set = 0;    // bytes of the Funcs computed inside one of its tiles, its own tile too
-  double task_working_set = 0; // the same per parallel task
 };
 
 class LoopNestModel {

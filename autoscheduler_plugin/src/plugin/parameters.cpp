@@ -64,12 +64,10 @@ Parameters Parameters::from(const Halide::MachineParams &mp) {
   p.seed = static_cast<uint64_t>(env_int("HL_SEED", 0, 0, std::numeric_limits<int64_t>::max()));
   if (const char *w = env("HL_WEIGHTS_DIR"))
     p.weights_path = w;
-  if (const char *r = env("HL_RANDOMIZE_WEIGHTS")) {
-    const int64_t s = env_int("HL_RANDOMIZE_WEIGHTS", 0, 0, std::numeric_limits<int64_t>::max());
-    p.randomize_weights = s != 0;
-    p.weights_seed = static_cast<uint64_t>(s);
-    (void)r;
-  }
+  const int64_t weights_seed =
+      env_int("HL_RANDOMIZE_WEIGHTS", 0, 0, std::numeric_limits<int64_t>::max());
+  p.randomize_weights = weights_seed != 0;
+  p.weights_seed = static_cast<uint64_t>(weights_seed);
   p.allow_version_mismatch = env_int("HKFAC_ALLOW_VERSION_MISMATCH", 0, 0, 1) != 0;
   p.debug = static_cast<int>(env_int("HL_DEBUG_AUTOSCHEDULE", 0, 0, 10));
   p.time_limit_s = env_double("HKFAC_TIME_LIMIT_S", 0, 0, 1e7);

@@ -180,7 +180,6 @@ PipelineAnalysis::PipelineAnalysis(const std::vector<Function> &outputs, const T
     for (const Type &t : n.func.output_types()) {
       n.bytes_per_point += t.bytes();
       n.elem_bytes = std::max(n.elem_bytes, t.bytes());
-      n.vector_width = std::max(n.vector_width, target.natural_vector_size(t));
     }
     n.vector_width = std::max(1, target.natural_vector_size(Int(n.elem_bytes * 8)));
     id_of[name] = n.id;
@@ -254,7 +253,6 @@ PipelineAnalysis::PipelineAnalysis(const std::vector<Function> &outputs, const T
         symbols.push_back(l.var + ".min");
         symbols.push_back(l.var + ".max");
       }
-      std::map<std::string, Box> unused;
       std::map<std::string, Halide::Internal::Box> boxes;
       for (const Expr &e : exprs) {
         for (auto &kv : boxes_required(with_estimates(e), scope, value_bounds)) {
@@ -296,7 +294,7 @@ PipelineAnalysis::PipelineAnalysis(const std::vector<Function> &outputs, const T
           n.reads_input = true;
         s.accesses.push_back(std::move(a));
       }
-      s.features = algorithm_features(n.func, def, n.name, s.loops.empty() ? "" : s.loops[0].var);
+      s.features = algorithm_features(n.func, def, n.name);
       n.stages.push_back(std::move(s));
     }
   }

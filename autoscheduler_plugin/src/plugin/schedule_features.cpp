@@ -86,12 +86,10 @@ void cpu_schedule_features(const PipelineAnalysis &dag, const State &state,
         continue;
       }
       // The stage's loop extents per realization: pure loops over the region, RVars whole.
-      double points = 1, rpoints = 1, inner_pure = 1;
+      double points = 1, inner_pure = 1;
       for (const LoopDim &l : s.loops) {
         const double e = l.is_rvar ? std::max(l.rextent, 1.0) : m.region[l.pure_arg].extent();
         points *= e;
-        if (l.is_rvar)
-          rpoints *= e;
       }
       if (s.index == 0)
         points = box_points(m.region);
@@ -146,7 +144,7 @@ void cpu_schedule_features(const PipelineAnalysis &dag, const State &state,
 
       double read_bytes = 0, read_lines = 0, alloc_read = 0;
       reads(dag, model, s, m.region, read_bytes, read_lines, alloc_read);
-      o[kCpuUniqueBytesReadPerRealization] = read_bytes * (s.index == 0 ? 1 : 1);
+      o[kCpuUniqueBytesReadPerRealization] = read_bytes;
       o[kCpuUniqueLinesReadPerRealization] = read_lines;
       o[kCpuAllocationBytesReadPerRealization] = alloc_read;
       const double ws_tile = bytes_tile + inside_tile[id] + inside_task[id];
@@ -188,7 +186,6 @@ void cpu_schedule_features(const PipelineAnalysis &dag, const State &state,
       o[kCpuWorkingSetAtProduction] = ws_tile;
       o[kCpuWorkingSetAtRealization] = bytes_region + inside_tile[id] + inside_task[id];
       o[kCpuWorkingSetAtRoot] = root_bytes;
-      (void)rpoints;
       for (int i = 0; i < kCpuFeatureCount; ++i)
         if (!std::isfinite(o[i]) || o[i] < 0)
           o[i] = 0;

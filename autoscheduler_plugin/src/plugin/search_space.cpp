@@ -141,7 +141,7 @@ std::vector<FuncChoice> func_choices(const PipelineAnalysis &dag, const State &s
     tilings.swap(kept);
   }
   std::vector<FuncChoice> roots;
-  double smallest_tile = INFINITY;
+  std::vector<double> tile_bytes;
   for (const auto &t : tilings) {
     FuncChoice c = root;
     c.tile = t;
@@ -160,20 +160,16 @@ std::vector<FuncChoice> func_choices(const PipelineAnalysis &dag, const State &s
     double tile_points = 1;
     for (int d = 0; d < f.dims; ++d)
       tile_points *= std::min(t[d], std::max(1.0, r[d].extent()));
-    const double bytes = tile_points * f.bytes_per_point;
-    smallest_tile = std::min(smallest_tile, bytes);
     roots.push_back(c);
+    tile_bytes.push_back(tile_points * f.bytes_per_point);
   }
-  for (const FuncChoice &c : roots) {
-    double tile_points = 1;
-    for (int d = 0; d < f.dims; ++d)
-      tile_points *= std::min(c.tile[d], std::max(1.0, r[d].extent()));
-    const double bytes = tile_points * f.bytes_per_point;
+  const double smallest_tile = *std::min_element(tile_bytes.begin(), tile_bytes.end());
+  for (size_t i = 0; i < roots.size(); ++i) {
     // A tile is worked on by one core: beyond its share of the last-level cache it streams
     // through memory, so such tilings are kept only when nothing smaller exists.
-    if (bytes > params.last_level_cache / params.parallelism && bytes > smallest_tile)
+    if (tile_bytes[i] > params.last_level_cache / params.parallelism && tile_bytes[i] > smallest_tile)
       continue;
-    out.push_back(c);
+    out.push_back(roots[i]);
   }
   return out;
 }
