@@ -193,10 +193,12 @@ def rungen_object(args, out):
     obj = os.path.join(out, "_rungen", "RunGenMain.o")
     if not os.path.exists(obj):
         os.makedirs(os.path.dirname(obj), exist_ok=True)
+        # A temporary name of this process's own: two drivers sharing --out may both compile it.
+        tmp = f"{obj}.{os.getpid()}.tmp"
         subprocess.run([args.cxx, "-std=c++17", "-O2", "-c", "-I", HALIDE_INCLUDE,
-                        "-DHALIDE_NO_PNG", "-DHALIDE_NO_JPEG", RUNGEN_MAIN, "-o", obj + ".tmp"],
+                        "-DHALIDE_NO_PNG", "-DHALIDE_NO_JPEG", RUNGEN_MAIN, "-o", tmp],
                        check=True)
-        os.replace(obj + ".tmp", obj)
+        os.replace(tmp, obj)
     return obj
 
 
