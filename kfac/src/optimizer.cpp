@@ -301,255 +301,314 @@ void Optimizer::burn_in(const Params &params, const std::function<Batch()> &next
   burned_in_ = true;
 }
 
+// One step's values, from the batch to the accepted update.
+struct Optimizer::StepState {
+  StepState(Params &p, Resolved values) : params(p), r(values) {}
+
+  Params &params;
+  Resolved r; // learning rate, momentum and damping in use (the adaptive ones set by phase 6)
+  Clock::time_point start = Clock::now();
+  Clock::time_point phase = start; // when the current phase began
+  StepStats st;
+  Batch batch;
+  float gamma = 0.0f; // l2_reg + damping: the diagonal the inverses and the quadratic model use
+  LossRegistry losses;
+  // The curvature point: `losses` on the whole batch, or a subset's own forward (see
+  // at_curvature_point).
+  LossRegistry subset_losses;
+  const LossRegistry *curvature_losses = &losses;
+  Eigen::Index curvature_rows = 0;
+  Params g; // the gradient
+  Params u; // the preconditioned gradient F̂⁻¹ g
+  // The quadratic model's J u and J v, kept: rho's J Δ is their combination (J is linear), which
+  // saves a Jacobian-vector product on every damping adaptation.
+  Matrix ju, jv;
+  double alpha = 0.0, beta = 0.0; // Δ = α u + β v
+  bool adapt_damping = false;
+};
+
 StepStats Optimizer::step(Params &params, const std::function<Batch()> &next_batch,
                           const StepValues &values) {
   const SerialKernels serial(options_.debug || options_.serial_kernels);
-  const Clock::time_point start = Clock::now();
   check_params(params);
-  StepStats st;
-  st.step = step_;
-  Resolved r = resolve(values);
-
+  StepState s(params, resolve(values));
+  s.st.step = step_;
   if (!burned_in_) {
     const Clock::time_point t = Clock::now();
     burn_in(params, next_batch);
-    st.burned_in = true;
-    st.timings.curvature_update_s += seconds_since(t);
+    s.st.burned_in = true;
+    s.st.timings.curvature_update_s += seconds_since(t);
   }
-  const Batch batch = pull(next_batch);
-  const float l2 = options_.l2_reg;
-  const float gamma = static_cast<float>(l2 + r.damping);
+  s.batch = pull(next_batch);
+  s.curvature_rows = s.batch.inputs.rows();
+  s.gamma = static_cast<float>(options_.l2_reg + s.r.damping);
 
-  // A rejected step changes no parameters; what else it changes depends on its cause.
-  auto reject = [&]() {
-    ++rejected_steps_;
-    st.rejected = true;
-    st.rho = 0.0;
-    st.rejected_steps = rejected_steps_;
-    st.inverse_failures = inverse_failures_;
-    st.learning_rate = r.learning_rate;
-    st.momentum = r.momentum;
-    st.damping = r.damping;
-    ++step_;
-    st.timings.total_s = seconds_since(start);
-    return st;
-  };
-  // A bad batch (its loss, gradient or curvature statistics not finite) changes nothing else:
-  // more damping cannot mend data, and would stay for the rest of the run. The same parameters
-  // failing on several batches in a row are broken themselves (an accepted update blew them
-  // up), and rejecting forever would only stand still.
-  auto reject_batch = [&](const std::string &what, const char *was) {
-    if (++nonfinite_batches_ >= kMaxNonfiniteBatches) {
-      throw Error("Optimizer::step: the " + what + " at the current parameters " + was +
-                  " not finite on " + std::to_string(nonfinite_batches_) +
-                  " batches in a row (steps " + std::to_string(step_ - nonfinite_batches_ + 1) +
-                  "-" + std::to_string(step_) +
-                  "): an earlier update made the parameters unusable; restart from a checkpoint "
-                  "with more damping (min_damping, l2_reg) or a smaller learning rate");
-    }
-    return reject();
-  };
-  // A non-finite update, a failed inverse or a non-finite loss at θ+Δ: the step was too long
-  // for the curvature, and more damping shortens the next try (with fresh inverses) — unless
-  // there is no more to give, where rejecting forever would hide the failure.
-  auto reject_for_damping = [&](const std::string &why) {
-    const double raised =
-        std::min(r.damping * options_.rejected_step_damping_factor, options_.max_damping);
-    if (!(r.damping > 0.0) || r.damping >= options_.max_damping || !(l2 + raised <= kFloatMax)) {
-      throw Error(why + "; the damping (" + describe(r.damping) +
-                  ") cannot be raised further (max_damping " + describe(options_.max_damping) +
-                  ")");
-    }
-    force_inverse_update_ = true;
-    if (options_.use_adaptive_damping) {
-      damping_ = raised;
-    } else {
-      damping_boost_ *= options_.rejected_step_damping_factor;
-    }
-    return reject();
-  };
+  if (auto rejected = loss_and_gradient(s))
+    return *rejected;
+  if (auto rejected = curvature_update(s))
+    return *rejected;
+  if (auto rejected = inverses_update(s))
+    return *rejected;
+  precondition(s);
+  step_coefficients(s);
+  if (auto rejected = parameters_update(s))
+    return *rejected;
+  damping_update(s);
+  return accepted(s);
+}
 
-  // Loss and gradient.
-  Clock::time_point t = Clock::now();
-  LossRegistry losses;
-  st.loss = forward(params, batch, losses, &st.aux, true);
-  const Params g = backward_gradient(params, losses);
+std::optional<StepStats> Optimizer::loss_and_gradient(StepState &s) {
+  s.phase = Clock::now();
+  s.st.loss = forward(s.params, s.batch, s.losses, &s.st.aux, true);
+  s.g = backward_gradient(s.params, s.losses);
   // The squared norm doubles as the finiteness check (as in all_finite).
-  st.grad_norm = std::sqrt(squared_norm(g));
-  st.timings.forward_backward_s = seconds_since(t);
-  if (!std::isfinite(st.loss) || !std::isfinite(st.grad_norm))
-    return reject_batch(std::isfinite(st.loss) ? "gradient" : "loss", "was");
+  s.st.grad_norm = std::sqrt(squared_norm(s.g));
+  s.st.timings.forward_backward_s = seconds_since(s.phase);
+  if (!std::isfinite(s.st.loss) || !std::isfinite(s.st.grad_norm))
+    return reject_batch(s, std::isfinite(s.st.loss) ? "gradient" : "loss", "was");
+  return std::nullopt;
+}
 
-  // The point curvature is measured at: this forward's records on the whole batch, or (with a
-  // curvature subset) a second forward over the subset, made when first needed. After it the
-  // model's records are the subset's; the gradient is already taken.
-  LossRegistry subset_losses;
-  const LossRegistry *curvature_losses = &losses;
-  Eigen::Index curvature_rows = batch.inputs.rows();
-  auto at_curvature_point = [&]() -> const LossRegistry & {
-    if (curvature_losses == &losses && uses_curvature_subset(batch)) {
-      const Batch head = curvature_subset(batch);
-      forward(params, head, subset_losses, nullptr, false);
-      curvature_losses = &subset_losses;
-      curvature_rows = head.inputs.rows();
-    }
-    return *curvature_losses;
-  };
-
-  // Curvature and inverses.
-  t = Clock::now();
+std::optional<StepStats> Optimizer::curvature_update(StepState &s) {
+  s.phase = Clock::now();
   if (step_ % options_.curvature_update_period == 0) {
-    if (!estimator_.update_curvature_estimate(
-            model_, at_curvature_point(), static_cast<float>(options_.curvature_ema), 1.0f, rng_)) {
-      st.timings.curvature_update_s += seconds_since(t);
-      return reject_batch("curvature statistics", "were");
+    if (!estimator_.update_curvature_estimate(model_, at_curvature_point(s),
+                                              static_cast<float>(options_.curvature_ema), 1.0f,
+                                              rng_)) {
+      s.st.timings.curvature_update_s += seconds_since(s.phase);
+      return reject_batch(s, "curvature statistics", "were");
     }
     ++curvature_updates_;
   }
   nonfinite_batches_ = 0;
-  st.timings.curvature_update_s += seconds_since(t);
-  t = Clock::now();
+  s.st.timings.curvature_update_s += seconds_since(s.phase);
+  return std::nullopt;
+}
+
+std::optional<StepStats> Optimizer::inverses_update(StepState &s) {
+  s.phase = Clock::now();
   if (step_ % options_.inverse_update_period == 0 || force_inverse_update_) {
     try {
-      estimator_.update_inverse(gamma);
+      estimator_.update_inverse(s.gamma);
     } catch (const CurvatureInverseError &e) {
       // A damped estimate too close to singular for its damping.
-      st.timings.inverse_s = seconds_since(t);
+      s.st.timings.inverse_s = seconds_since(s.phase);
       ++inverse_failures_;
-      st.inverse_failures = inverse_failures_;
-      return reject_for_damping(e.what());
+      s.st.inverse_failures = inverse_failures_;
+      return reject_for_damping(s, e.what());
     }
     ++inverse_updates_;
     force_inverse_update_ = false;
   }
-  st.timings.inverse_s = seconds_since(t);
+  s.st.timings.inverse_s = seconds_since(s.phase);
+  return std::nullopt;
+}
 
-  t = Clock::now();
-  Params u = estimator_.multiply_matpower(g, -1, gamma);
-  st.timings.precondition_s = seconds_since(t);
+void Optimizer::precondition(StepState &s) {
+  s.phase = Clock::now();
+  s.u = estimator_.multiply_matpower(s.g, -1, s.gamma);
+  s.st.timings.precondition_s = seconds_since(s.phase);
+}
 
-  // The exact curvature (Fisher or GGN of the data term, + l2_reg I) as a bilinear form, from
-  // Jacobian-vector products at θ.
-  // With a curvature subset, the products are the subset's average (an estimate of the batch's).
-  const bool ggn = is_ggn_mode(options_.estimation_mode);
-  auto jvp = [&](const Params &tangent) {
-    at_curvature_point();
-    return model_.jvp(tangent);
-  };
-  auto curvature_form = [&](const Matrix &ja, const Matrix &jb) {
-    const Matrix cjb = multiply_output_curvature(*curvature_losses, jb, ggn);
-    return dot(ja, cjb) / static_cast<double>(curvature_rows);
-  };
-
-  t = Clock::now();
-  // The update phase's rejections: its time so far is still recorded.
-  auto reject_update = [&](const char *why) {
-    st.timings.update_s = seconds_since(t);
-    return reject_for_damping(std::string("Optimizer::step: ") + why);
-  };
-  // The quadratic model's J u and J v, kept: rho's J Δ is their combination (J is linear), which
-  // saves a Jacobian-vector product on every damping adaptation.
-  Matrix ju, jv;
-  double alpha = 0.0, beta = 0.0;
+void Optimizer::step_coefficients(StepState &s) {
+  // The update phase's time runs from here to the accepted (or rejected) update.
+  s.phase = Clock::now();
+  Resolved &r = s.r;
   if (options_.use_adaptive_learning_rate) {
     // Minimise q(α, β) = ½ [α β] M [α β]ᵀ + [gᵀu gᵀv] [α β]ᵀ with M_ab = aᵀ(C + γI)b over
     // Δ = α u + β v. The dots of g, u and v come from one pass over the three lists.
     // Along one direction the minimiser of ½ m α² + b α is -b/m, and 0 where q has no slope
     // (u = 0, as at a zero gradient), which -b/m would turn into 0/0 and a rejected step.
     auto minimiser = [](double b, double m) { return b == 0.0 ? 0.0 : -b / m; };
-    ju = jvp(u);
+    s.ju = jvp(s, s.u);
     const bool with_velocity = step_ > 0;
-    const Eigen::MatrixXd dots = with_velocity ? gram({&g, &u, &velocity_}) : gram({&g, &u});
-    const double muu = curvature_form(ju, ju) + gamma * dots(1, 1);
+    const Eigen::MatrixXd dots =
+        with_velocity ? gram({&s.g, &s.u, &velocity_}) : gram({&s.g, &s.u});
+    const double muu = curvature_form(s, s.ju, s.ju) + s.gamma * dots(1, 1);
     const double bu = dots(0, 1);
-    alpha = minimiser(bu, muu);
+    s.alpha = minimiser(bu, muu);
     if (with_velocity) {
-      jv = jvp(velocity_);
-      const double muv = curvature_form(ju, jv) + gamma * dots(1, 2);
-      const double mvv = curvature_form(jv, jv) + gamma * dots(2, 2);
+      s.jv = jvp(s, velocity_);
+      const double muv = curvature_form(s, s.ju, s.jv) + s.gamma * dots(1, 2);
+      const double mvv = curvature_form(s, s.jv, s.jv) + s.gamma * dots(2, 2);
       const double bv = dots(0, 2);
       if (options_.use_adaptive_momentum) {
         const double det = muu * mvv - muv * muv;
         if (det > 1e-12 * std::abs(muu * mvv) && mvv > 0.0) {
-          alpha = (-mvv * bu + muv * bv) / det;
-          beta = (muv * bu - muu * bv) / det;
+          s.alpha = (-mvv * bu + muv * bv) / det;
+          s.beta = (muv * bu - muu * bv) / det;
         }
       } else {
-        beta = r.momentum;
-        alpha = minimiser(bu + beta * muv, muu);
+        s.beta = r.momentum;
+        s.alpha = minimiser(bu + s.beta * muv, muu);
       }
     }
-    r.learning_rate = -alpha;
-    r.momentum = beta;
+    r.learning_rate = -s.alpha;
+    r.momentum = s.beta;
   } else {
     if (options_.norm_constraint) {
-      const double s = r.learning_rate * r.learning_rate * dot(u, g);
-      if (s > *options_.norm_constraint) {
-        scale(static_cast<float>(std::sqrt(*options_.norm_constraint / s)), u);
+      const double c = r.learning_rate * r.learning_rate * dot(s.u, s.g);
+      if (c > *options_.norm_constraint) {
+        scale(static_cast<float>(std::sqrt(*options_.norm_constraint / c)), s.u);
       }
     }
-    alpha = -r.learning_rate;
-    beta = r.momentum;
+    s.alpha = -r.learning_rate;
+    s.beta = r.momentum;
   }
-  st.learning_rate = r.learning_rate;
-  st.momentum = r.momentum;
-  st.damping = r.damping;
+  s.st.learning_rate = r.learning_rate;
+  s.st.momentum = r.momentum;
+  s.st.damping = r.damping;
+}
+
+std::optional<StepStats> Optimizer::parameters_update(StepState &s) {
+  // Its rejections keep the update phase's time so far.
+  auto reject_update = [&](const char *why) {
+    s.st.timings.update_s = seconds_since(s.phase);
+    return reject_for_damping(s, std::string("Optimizer::step: ") + why);
+  };
   // Δ = α u + β v and θ + Δ, with the sums below, in one pass. Non-finite values show as
   // non-finite squared norms (see all_finite).
-  const StepSums sums = form_step(static_cast<float>(alpha), u, static_cast<float>(beta), velocity_,
-                                  params, g, next_velocity_, next_params_);
+  const StepSums sums = form_step(static_cast<float>(s.alpha), s.u, static_cast<float>(s.beta),
+                                  velocity_, s.params, s.g, next_velocity_, next_params_);
   const double delta_sq = sums.delta_squared_norm;
   if (!std::isfinite(delta_sq) || !std::isfinite(sums.next_squared_norm))
     return reject_update("the update was not finite");
   // A zero update (u = 0 and no velocity to carry) predicts no change and makes none: rho would
   // be 0/0, so it is not computed, and the damping has nothing to adapt to.
   const bool moved = delta_sq > 0.0;
-  const bool adapt_damping = moved && options_.use_adaptive_damping &&
-                             (step_ + 1) % options_.damping_adaptation_interval == 0;
-  if (moved && (adapt_damping || options_.always_compute_rho)) {
+  s.adapt_damping = moved && options_.use_adaptive_damping &&
+                    (step_ + 1) % options_.damping_adaptation_interval == 0;
+  if (moved && (s.adapt_damping || options_.always_compute_rho)) {
     // rho on this batch: actual change over the quadratic model's predicted change.
     Matrix jd;
-    if (ju.size() == 0) {
-      jd = jvp(next_velocity_);
+    if (s.ju.size() == 0) {
+      jd = jvp(s, next_velocity_);
     } else {
-      jd = static_cast<float>(alpha) * ju;
-      if (jv.size() != 0)
-        jd += static_cast<float>(beta) * jv;
+      jd = static_cast<float>(s.alpha) * s.ju;
+      if (s.jv.size() != 0)
+        jd += static_cast<float>(s.beta) * s.jv;
     }
-    const double predicted = sums.g_dot_delta + 0.5 * (curvature_form(jd, jd) + l2 * delta_sq);
+    const double predicted =
+        sums.g_dot_delta + 0.5 * (curvature_form(s, jd, jd) + options_.l2_reg * delta_sq);
     LossRegistry new_losses;
     const double new_loss =
-        forward(next_params_, batch, new_losses, nullptr, true, &sums.next_squared_norm);
+        forward(next_params_, s.batch, new_losses, nullptr, true, &sums.next_squared_norm);
     if (!std::isfinite(new_loss))
       return reject_update("the loss after the update was not finite");
-    st.rho = predicted != 0.0 ? (new_loss - st.loss) / predicted : 0.0;
+    s.st.rho = predicted != 0.0 ? (new_loss - s.st.loss) / predicted : 0.0;
   }
 
   // Element-wise swaps: a caller's reference to one of params' matrices stays valid and sees
   // the new values; the old ones become next step's scratch.
-  for (size_t i = 0; i < params.size(); ++i) {
-    params[i].swap(next_params_[i]);
+  for (size_t i = 0; i < s.params.size(); ++i) {
+    s.params[i].swap(next_params_[i]);
     velocity_[i].swap(next_velocity_[i]);
   }
-  st.update_norm = std::sqrt(delta_sq);
+  s.st.update_norm = std::sqrt(delta_sq);
+  return std::nullopt;
+}
 
-  if (adapt_damping) {
-    const double decay = options_.damping_adaptation_decay
-                             ? *options_.damping_adaptation_decay
-                             : std::pow(0.95, options_.damping_adaptation_interval);
-    if (*st.rho < 0.25) {
-      damping_ /= decay;
-    } else if (*st.rho > 0.75) {
-      damping_ *= decay;
-    }
-    damping_ = std::min(std::max(damping_, options_.min_damping), options_.max_damping);
+void Optimizer::damping_update(StepState &s) {
+  if (!s.adapt_damping)
+    return;
+  // Levenberg–Marquardt: more damping where the quadratic model overestimated the decrease.
+  const double decay = options_.damping_adaptation_decay
+                           ? *options_.damping_adaptation_decay
+                           : std::pow(0.95, options_.damping_adaptation_interval);
+  if (*s.st.rho < 0.25) {
+    damping_ /= decay;
+  } else if (*s.st.rho > 0.75) {
+    damping_ *= decay;
   }
-  st.timings.update_s = seconds_since(t);
+  damping_ = std::min(std::max(damping_, options_.min_damping), options_.max_damping);
+}
+
+StepStats Optimizer::accepted(StepState &s) {
+  s.st.timings.update_s = seconds_since(s.phase);
   ++step_;
-  st.rejected_steps = rejected_steps_;
-  st.inverse_failures = inverse_failures_;
-  st.timings.total_s = seconds_since(start);
-  return st;
+  s.st.rejected_steps = rejected_steps_;
+  s.st.inverse_failures = inverse_failures_;
+  s.st.timings.total_s = seconds_since(s.start);
+  return s.st;
+}
+
+// A rejected step changes no parameters; what else it changes depends on its cause.
+StepStats Optimizer::reject(StepState &s) {
+  ++rejected_steps_;
+  s.st.rejected = true;
+  s.st.rho = 0.0;
+  s.st.rejected_steps = rejected_steps_;
+  s.st.inverse_failures = inverse_failures_;
+  s.st.learning_rate = s.r.learning_rate;
+  s.st.momentum = s.r.momentum;
+  s.st.damping = s.r.damping;
+  ++step_;
+  s.st.timings.total_s = seconds_since(s.start);
+  return s.st;
+}
+
+// A bad batch (its loss, gradient or curvature statistics not finite) changes nothing else:
+// more damping cannot mend data, and would stay for the rest of the run. The same parameters
+// failing on several batches in a row are broken themselves (an accepted update blew them up),
+// and rejecting forever would only stand still.
+StepStats Optimizer::reject_batch(StepState &s, const std::string &what, const char *was) {
+  if (++nonfinite_batches_ >= kMaxNonfiniteBatches) {
+    throw Error("Optimizer::step: the " + what + " at the current parameters " + was +
+                " not finite on " + std::to_string(nonfinite_batches_) +
+                " batches in a row (steps " + std::to_string(step_ - nonfinite_batches_ + 1) +
+                "-" + std::to_string(step_) +
+                "): an earlier update made the parameters unusable; restart from a checkpoint "
+                "with more damping (min_damping, l2_reg) or a smaller learning rate");
+  }
+  return reject(s);
+}
+
+// A non-finite update, a failed inverse or a non-finite loss at θ+Δ: the step was too long for
+// the curvature, and more damping shortens the next try (with fresh inverses) — unless there is
+// no more to give, where rejecting forever would hide the failure.
+StepStats Optimizer::reject_for_damping(StepState &s, const std::string &why) {
+  const double damping = s.r.damping;
+  const double raised = std::min(damping * options_.rejected_step_damping_factor,
+                                 options_.max_damping);
+  if (!(damping > 0.0) || damping >= options_.max_damping ||
+      !(options_.l2_reg + raised <= kFloatMax)) {
+    throw Error(why + "; the damping (" + describe(damping) +
+                ") cannot be raised further (max_damping " + describe(options_.max_damping) + ")");
+  }
+  force_inverse_update_ = true;
+  if (options_.use_adaptive_damping) {
+    damping_ = raised;
+  } else {
+    damping_boost_ *= options_.rejected_step_damping_factor;
+  }
+  return reject(s);
+}
+
+// The point curvature is measured at: the loss-and-gradient forward's records on the whole
+// batch, or (with a curvature subset) a second forward over the subset, made when first needed.
+// After it the model's records are the subset's; the gradient is already taken.
+const LossRegistry &Optimizer::at_curvature_point(StepState &s) {
+  if (s.curvature_losses == &s.losses && uses_curvature_subset(s.batch)) {
+    const Batch head = curvature_subset(s.batch);
+    forward(s.params, head, s.subset_losses, nullptr, false);
+    s.curvature_losses = &s.subset_losses;
+    s.curvature_rows = head.inputs.rows();
+  }
+  return *s.curvature_losses;
+}
+
+// The exact curvature (Fisher or GGN of the data term, + l2_reg I) as a bilinear form, from
+// Jacobian-vector products at θ. With a curvature subset, the products are the subset's average
+// (an estimate of the batch's).
+Matrix Optimizer::jvp(StepState &s, const Params &tangent) {
+  at_curvature_point(s);
+  return model_.jvp(tangent);
+}
+
+double Optimizer::curvature_form(const StepState &s, const Matrix &ja, const Matrix &jb) const {
+  const Matrix cjb = multiply_output_curvature(*s.curvature_losses, jb,
+                                               is_ggn_mode(options_.estimation_mode));
+  return dot(ja, cjb) / static_cast<double>(s.curvature_rows);
 }
 
 } // namespace hkfac::kfac

@@ -259,6 +259,27 @@ private:
   bool uses_curvature_subset(const Batch &batch) const;
   Batch curvature_subset(const Batch &batch) const;
   void burn_in(const Params &params, const std::function<Batch()> &next_batch);
+
+  // step()'s phases, in the order it runs them (the numbers of the comment above the class).
+  // They hand one step's values on in a StepState; a phase that rejects the step returns the
+  // rejected step's stats, and step() returns them.
+  struct StepState; // defined in optimizer.cpp
+  std::optional<StepStats> loss_and_gradient(StepState &s);         // 2
+  std::optional<StepStats> curvature_update(StepState &s);          // 3
+  std::optional<StepStats> inverses_update(StepState &s);           // 4
+  void precondition(StepState &s);                                  // 5
+  void step_coefficients(StepState &s);                             // 6
+  std::optional<StepStats> parameters_update(StepState &s);         // 7
+  void damping_update(StepState &s);                                // 7, its last part
+  StepStats accepted(StepState &s);
+  // The rejections: of the step alone, of a bad batch, and of a step too long for the damping.
+  StepStats reject(StepState &s);
+  StepStats reject_batch(StepState &s, const std::string &what, const char *was);
+  StepStats reject_for_damping(StepState &s, const std::string &why);
+  // The exact curvature at the curvature point, which is measured on first use.
+  const LossRegistry &at_curvature_point(StepState &s);
+  Matrix jvp(StepState &s, const Params &tangent);
+  double curvature_form(const StepState &s, const Matrix &ja, const Matrix &jb) const;
   // The most bytes a checkpoint of this optimizer can have, so a larger file is refused unread.
   size_t checkpoint_size_limit() const;
   // Throws unless `params` fit the model; errors start with `what`.
