@@ -36,6 +36,19 @@ std::string display_name(const std::string &name) {
 
 std::string factor_text(double f) { return std::to_string(static_cast<long long>(f)); }
 
+// A pure definition's split shifts its last tile inwards (Halide's own default for pure
+// definitions: full vectors, no predicated tail, whose code LLVM took minutes over), unless the
+// Func reads an input directly (the shifted tail read a boundary wrapper's input out of bounds,
+// docs/data.md) or its region may be smaller than one split. Updates keep GuardWithIf.
+TailStrategy pure_tail(const FuncNode &f, double extent, double factor) {
+  return !f.reads_input && extent >= factor ? TailStrategy::ShiftInwards
+                                            : TailStrategy::GuardWithIf;
+}
+
+const char *tail_text(TailStrategy t) {
+  return t == TailStrategy::ShiftInwards ? "ShiftInwards" : "GuardWithIf";
+}
+
 // Every Func of the pipeline and its index in Pipeline::get_func's order.
 std::map<std::string, std::pair<Function, int>> pipeline_funcs(const std::vector<Function> &outputs) {
   std::map<std::string, Function> env;
@@ -81,16 +94,16 @@ public:
   }
 
   void split(int s, const std::string &old, bool rvar, const std::string &outer,
-             const std::string &inner, double factor) {
+             const std::string &inner, double factor, TailStrategy tail) {
     declare_var(old, rvar);
     declare_var(outer, rvar);
     declare_var(inner, rvar);
     src_ << "    " << stage_text(s) << ".split(" << identifier(old) << ", " << identifier(outer)
-         << ", " << identifier(inner) << ", " << factor_text(factor)
-         << ", TailStrategy::GuardWithIf);\n";
+         << ", " << identifier(inner) << ", " << factor_text(factor) << ", TailStrategy::"
+         << tail_text(tail) << ");\n";
     if (apply_)
       stage(s).split(var(old, rvar), var(outer, rvar), var(inner, rvar),
-                     static_cast<int>(factor), TailStrategy::GuardWithIf);
+                     static_cast<int>(factor), tail);
   }
   void reorder(int s, const std::vector<std::pair<std::string, bool>> &vars) {
     if (vars.size() < 2)
@@ -170,9 +183,10 @@ std::string site_var(const FuncNode &f, const FuncChoice &c, const Box &region, 
 }
 
 // Splits dimension 0's innermost loop by the vector width and vectorizes it.
-void vectorize_pure(Writer &w, int s, const std::string &v, int width) {
-  w.split(s, v, false, v, v + "_v", width);
-  w.loop_type(s, v + "_v", false, "vectorize");
+void vectorize_pure(Writer &w, const FuncNode &f, const std::string &v, double extent,
+                    int width) {
+  w.split(0, v, false, v, v + "_v", width, pure_tail(f, extent, width));
+  w.loop_type(0, v + "_v", false, "vectorize");
 }
 
 void schedule_updates(Writer &w, const FuncNode &f, const FuncChoice &c, const FuncModel &m) {
@@ -185,7 +199,8 @@ void schedule_updates(Writer &w, const FuncNode &f, const FuncChoice &c, const F
     bool vectorized = false, scheduled = false;
     if (c.vectorize && f.dims > 0 && st.pure_arg_is_loop[0] && m.vector_width > 1 &&
         m.region[0].extent() >= m.vector_width) {
-      w.split(static_cast<int>(s), x, false, x, x + "_v", m.vector_width);
+      w.split(static_cast<int>(s), x, false, x, x + "_v", m.vector_width,
+              TailStrategy::GuardWithIf);
       order.insert(order.begin(), {x + "_v", false});
       w.reorder(static_cast<int>(s), order);
       w.loop_type(static_cast<int>(s), x + "_v", false, "vectorize");
@@ -236,7 +251,7 @@ std::string apply_schedule(const PipelineAnalysis &dag, const State &state,
                    site_var(site, state.choices[c.at_func], model.func(c.at_func).region,
                             c.at_level));
       if (m.vector_width > 1)
-        vectorize_pure(w, 0, f.func.args()[0], m.vector_width);
+        vectorize_pure(w, f, f.func.args()[0], m.inner[0], m.vector_width);
       schedule_updates(w, f, c, m);
       src << "\n";
       continue;
@@ -245,7 +260,8 @@ std::string apply_schedule(const PipelineAnalysis &dag, const State &state,
     const std::vector<int> split = split_dims_outermost_first(c, m.region);
     const auto &args = f.func.args();
     for (int d : split)
-      w.split(0, args[d], false, args[d] + "_o", args[d] + "_i", c.tile[d]);
+      w.split(0, args[d], false, args[d] + "_o", args[d] + "_i", c.tile[d],
+              pure_tail(f, m.region[d].extent(), c.tile[d]));
     std::vector<std::pair<std::string, bool>> order;
     for (int d = 0; d < f.dims; ++d)
       order.push_back({m.split[d] ? args[d] + "_i" : args[d], false});
@@ -267,7 +283,7 @@ std::string apply_schedule(const PipelineAnalysis &dag, const State &state,
       w.loop_type(0, fused, false, "parallel");
     }
     if (m.vector_width > 1 && f.dims > 0)
-      vectorize_pure(w, 0, m.split[0] ? args[0] + "_i" : args[0], m.vector_width);
+      vectorize_pure(w, f, m.split[0] ? args[0] + "_i" : args[0], m.inner[0], m.vector_width);
     schedule_updates(w, f, c, m);
     src << "\n";
   }
