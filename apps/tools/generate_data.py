@@ -11,13 +11,15 @@ id (the layout of Halide 14's featurization_to_sample, which is used to cross-ch
 
 Layout: OUT/<pipeline>/<pipeline>_s<k>/ holds one schedule's files. It is resumable: a schedule
 whose .sample exists is skipped, one already compiled is only benchmarked, and one marked FAILED
-is skipped unless --retry-failed. Python 3 standard library only.
+is skipped unless --retry-failed. A schedule whose featurization equals an earlier sample's of the
+same pipeline is marked DUPLICATE and not timed. Python 3 standard library only.
 
   generate_data.py --out /tmp/data --random 0:100 --schedules 20
   generate_data.py --out /tmp/data --app build/apps/pipelines/hkfac_pipeline_harris:harris
 """
 import argparse
 import concurrent.futures
+import hashlib
 import os
 import re
 import shutil
@@ -89,8 +91,13 @@ def search_env(args, pipeline, k):
     return env
 
 
-def compile_schedule(args, target, rungen_obj, pipeline, k, d):
-    """Runs the generator and links the RunGen benchmark; returns compile seconds or None."""
+def compile_schedule(args, target, rungen_objs, pipeline, k, d):
+    """Runs the generator and links the RunGen benchmark; returns compile seconds or None.
+
+    The pipeline is compiled without Halide's runtime (target feature no_runtime) and linked with
+    one runtime built per output directory: the runtime is the same for every schedule, and
+    compiling it again was a third of each compile.
+    """
     fname = f"{pipeline.name}_s{k}"
     bench = os.path.join(d, "bench")
     if os.path.exists(bench) and os.path.exists(os.path.join(d, fname + ".featurization")):
@@ -101,6 +108,7 @@ def compile_schedule(args, target, rungen_obj, pipeline, k, d):
            "-e", "static_library,h,registration,schedule,featurization",
            "-p", args.plugin, "-s", args.scheduler, f"target={target}", "auto_schedule=true",
            f"machine_params={args.machine_params}"] + pipeline.params
+    cmd[cmd.index(f"target={target}")] = f"target={target}-no_runtime"
     with open(os.path.join(d, "search.txt"), "w") as f:
         f.write(" ".join(f"{v}={env[v]}" for v in ("HL_SEED", "HL_BEAM_SIZE",
                                                      "HL_RANDOM_DROPOUT")) + "\n")
@@ -118,8 +126,8 @@ def compile_schedule(args, target, rungen_obj, pipeline, k, d):
         mark_failed(d, f"generator exited with {proc.returncode}", proc.stderr)
         return None
     link = [args.cxx, "-std=c++17", "-I", HALIDE_INCLUDE,
-            os.path.join(d, fname + ".registration.cpp"), rungen_obj,
-            os.path.join(d, fname + ".a"), "-o", bench, "-ldl", "-lpthread"]
+            os.path.join(d, fname + ".registration.cpp"), rungen_objs[0],
+            os.path.join(d, fname + ".a"), rungen_objs[1], "-o", bench, "-ldl", "-lpthread"]
     try:
         proc = subprocess.run(link, capture_output=True, text=True, timeout=args.compile_timeout)
     except subprocess.TimeoutExpired:
@@ -157,6 +165,11 @@ def benchmark(args, d):
     return float(m.group(1)) * 1000.0
 
 
+def digest(path):
+    with open(path, "rb") as f:
+        return hashlib.sha1(f.read()).hexdigest()
+
+
 def write_sample(featurization, ms, pipeline_id, schedule_id, out):
     with open(featurization, "rb") as f:
         data = f.read()
@@ -186,6 +199,20 @@ def cross_check(featurization, ms, pipeline_id, schedule_id, sample):
             or abs(t_want - t_got) > 1e-6 * abs(t_want)):
         raise RuntimeError(f"{sample} differs from featurization_to_sample's output")
     return "sample layout matches featurization_to_sample"
+
+
+def halide_runtime(args, out, generator, target):
+    """Halide's runtime for the target, built once per output directory and target."""
+    name = "halide_runtime_" + format(zlib.crc32(target.encode()), "08x")
+    lib = os.path.join(out, "_rungen", name + ".a")
+    if not os.path.exists(lib):
+        tmp = os.path.join(out, "_rungen", f"tmp{os.getpid()}")
+        os.makedirs(tmp, exist_ok=True)
+        subprocess.run([generator, "-r", name, "-o", tmp, "-e", "static_library",
+                        f"target={target}"], check=True, capture_output=True)
+        os.replace(os.path.join(tmp, name + ".a"), lib)
+        shutil.rmtree(tmp, ignore_errors=True)
+    return lib
 
 
 def rungen_object(args, out):
@@ -265,9 +292,10 @@ def main():
 
     os.makedirs(args.out, exist_ok=True)
     target = args.target or host_target()
-    rungen_obj = rungen_object(args, args.out)
+    rungen_objs = (rungen_object(args, args.out),
+                   halide_runtime(args, args.out, pipelines[0].generator, target))
     total = len(pipelines) * args.schedules
-    made = skipped = failed = 0
+    made = skipped = failed = duplicates = 0
     checked = None
     bench_seconds = compile_seconds = 0.0
     start = time.monotonic()
@@ -276,10 +304,15 @@ def main():
     summary = []
     for pi, pipeline in enumerate(pipelines, 1):
         todo = []
+        seen = {}  # featurization digest -> schedule id, over this pipeline's samples
         for k in range(args.schedules):
             d = os.path.join(args.out, pipeline.name, f"{pipeline.name}_s{k}")
             sample = os.path.join(d, f"{pipeline.name}_s{k}.sample")
             if os.path.exists(sample):
+                seen.setdefault(digest(os.path.join(d, f"{pipeline.name}_s{k}.featurization")), k)
+                skipped += 1
+                continue
+            if os.path.exists(os.path.join(d, "DUPLICATE")):
                 skipped += 1
                 continue
             if os.path.exists(os.path.join(d, "FAILED")):
@@ -291,26 +324,36 @@ def main():
         # Compile in parallel, then benchmark one at a time with no compile competing for cores.
         with concurrent.futures.ThreadPoolExecutor(max_workers=args.jobs) as pool:
             compiled = list(pool.map(
-                lambda t: compile_schedule(args, target, rungen_obj, pipeline, t[0], t[1]), todo))
+                lambda t: compile_schedule(args, target, rungen_objs, pipeline, t[0], t[1]), todo))
         runtimes = []
         for (k, d, sample), secs in zip(todo, compiled):
             if secs is None:
                 failed += 1
                 continue
             compile_seconds += secs
+            feat = os.path.join(d, f"{pipeline.name}_s{k}.featurization")
+            key = digest(feat)
+            if key in seen:
+                # The same schedule as an earlier sample: timing it again adds no information.
+                with open(os.path.join(d, "DUPLICATE"), "w") as f:
+                    f.write(f"same featurization as schedule {seen[key]}\n")
+                if os.path.exists(os.path.join(d, "bench")):
+                    os.remove(os.path.join(d, "bench"))
+                duplicates += 1
+                continue
             t0 = time.monotonic()
             ms = benchmark(args, d)
             bench_seconds += time.monotonic() - t0
             if ms is None:
                 failed += 1
                 continue
-            feat = os.path.join(d, f"{pipeline.name}_s{k}.featurization")
             if os.path.getsize(feat) == 0:
                 # The scheduler fell back (Hkfac writes no featurization then): not a sample.
                 mark_failed(d, "empty featurization (the scheduler fell back)")
                 failed += 1
                 continue
             write_sample(feat, ms, pipeline.id, k, sample)
+            seen[key] = k
             if checked is None:
                 checked = cross_check(feat, ms, pipeline.id, k, sample)
             if not args.keep_bench:
@@ -319,15 +362,17 @@ def main():
             runtimes.append(ms)
             rate = made / max(time.monotonic() - start, 1e-9) * 60
             print(f"[{pi}/{len(pipelines)}] {pipeline.name} s{k}: {ms:.3f} ms "
-                  f"(compile {secs:.1f} s) | {made} made, {skipped} skipped, {failed} failed "
-                  f"of {total}, {rate:.2f} samples/min", flush=True)
+                  f"(compile {secs:.1f} s) | {made} made, {duplicates} duplicates, "
+                  f"{skipped} skipped, {failed} failed of {total}, {rate:.2f} samples/min",
+                  flush=True)
         if runtimes:
             summary.append(f"{pipeline.name} (id {pipeline.id}): {len(runtimes)} new samples, "
                            f"{min(runtimes):.3f}..{max(runtimes):.3f} ms")
 
     elapsed = time.monotonic() - start
     lines = [f"pipelines: {len(pipelines)}, schedules each: {args.schedules}",
-             f"samples made: {made}, skipped (done or failed before): {skipped}, failed: {failed}",
+             f"samples made: {made}, duplicate schedules not timed: {duplicates}, "
+             f"skipped (done, duplicate or failed before): {skipped}, failed: {failed}",
              f"time: {elapsed:.0f} s ({made / max(elapsed, 1e-9) * 60:.2f} samples/min; "
              f"compile {compile_seconds:.0f} s summed over jobs, benchmark {bench_seconds:.0f} s)",
              f"writer check: {checked or 'no new sample'}"] + summary
