@@ -327,7 +327,7 @@ TEST_F(HkfacPlugin, FeaturizationOfATinyPipelineIsCountable) {
     // Schedule features of g, the output: computed once over 64 x 32 floats.
     EXPECT_EQ(gs[0], 1);          // realizations
     EXPECT_EQ(gs[5], 64 * 32);    // minimum points
-    EXPECT_EQ(gs[4], 64 * 32);    // points computed (GuardWithIf splits recompute nothing)
+    EXPECT_EQ(gs[4], 64 * 32);    // points computed (64 is a multiple of every split)
     EXPECT_EQ(gs[13], 64 * 32 * 4); // bytes at root
     EXPECT_EQ(gs[23], 8);         // AVX2: 8 float lanes
     // f is either inlined (two calls per point of g) or computed over at least 65 x 32.
@@ -338,6 +338,73 @@ TEST_F(HkfacPlugin, FeaturizationOfATinyPipelineIsCountable) {
       EXPECT_GE(fs[4], 65 * 32);
       EXPECT_EQ(fs[17], 0);
     }
+  }
+}
+
+// A transpose and a reduction with an RDom, four stages: in_im, t, s's pure definition and
+// s's update.
+TEST_F(HkfacPlugin, FeaturizationOfATinyReductionIsCountable) {
+  for (const char *seed : {"1", "2", "3", "4"}) {
+    ImageParam in(Float(32), 2, "in");
+    Func t("t"), s("s");
+    Var x("x"), y("y");
+    RDom r(0, 8, "r");
+    t(x, y) = in(y, x);
+    s(x) = 0.0f;
+    s(x) += t(x, r);
+    in.set_estimates({{0, 8}, {0, 32}});
+    s.set_estimates({{0, 32}});
+    ScopedEnv w("HL_RANDOMIZE_WEIGHTS", seed);
+    Pipeline pipe(s);
+    AutoSchedulerResults res = pipe.auto_schedule("Hkfac", kTarget, machine());
+    const std::vector<float> v = floats(res.featurization);
+    ASSERT_EQ(v.size(), 4u * (kS + kAlgo));
+    for (float e : v)
+      ASSERT_TRUE(std::isfinite(e) && e >= 0);
+    const float *ts = v.data() + (kS + kAlgo), *ta = ts + kS;
+    const float *s0s = ta + kAlgo, *s0a = s0s + kS;
+    const float *s1s = s0a + kAlgo, *s1a = s1s + kS;
+    auto op = [](const float *a, int kind, int type) { return a[7 + kind * 7 + type]; };
+    auto access = [](const float *a, int pattern, int kind, int type) {
+      return a[7 + (24 + pattern * 4 + kind) * 7 + type];
+    };
+    enum { kConst = 0, kVariable = 2, kAdd = 4, kFunc = 20, kSelf = 21 };
+    enum { kPointwise = 0, kTranspose = 1, kSlice = 3 };
+    enum { kLoadFunc = 0, kLoadSelf = 1, kStore = 3 };
+    enum { kInt32 = 3, kFloat = 5 };
+    // t: in_im(y, x), one transposed load; x and y twice each (the call and the store).
+    EXPECT_EQ(op(ta, kFunc, kFloat), 1);
+    EXPECT_EQ(access(ta, kTranspose, kLoadFunc, kFloat), 1);
+    EXPECT_EQ(access(ta, kPointwise, kLoadFunc, kFloat), 0);
+    EXPECT_EQ(access(ta, kPointwise, kStore, kFloat), 1);
+    EXPECT_EQ(op(ta, kVariable, kInt32), 4);
+    // s = 0: one float constant, x in the store.
+    EXPECT_EQ(op(s0a, kConst, kFloat), 1);
+    EXPECT_EQ(op(s0a, kVariable, kInt32), 1);
+    EXPECT_EQ(access(s0a, kPointwise, kStore, kFloat), 1);
+    EXPECT_EQ(op(s0a, kAdd, kFloat), 0);
+    // s += t(x, r): one add, a pointwise load of itself, and t(x, r) whose second argument uses
+    // no pure variable (a slice); x, x, r and the store's x.
+    EXPECT_EQ(op(s1a, kAdd, kFloat), 1);
+    EXPECT_EQ(op(s1a, kSelf, kFloat), 1);
+    EXPECT_EQ(op(s1a, kFunc, kFloat), 1);
+    EXPECT_EQ(access(s1a, kPointwise, kLoadSelf, kFloat), 1);
+    EXPECT_EQ(access(s1a, kSlice, kLoadFunc, kFloat), 1);
+    EXPECT_EQ(access(s1a, kPointwise, kStore, kFloat), 1);
+    EXPECT_EQ(op(s1a, kVariable, kInt32), 4);
+    EXPECT_EQ(s1a[kFloat], 1);
+    EXPECT_EQ(s1a[kInt32], 1);
+    // s, the output, is computed once over its 32 points; t over 32 x 8 points unless inlined,
+    // then called once per iteration of the update (32 x 8).
+    EXPECT_EQ(s0s[0], 1);
+    EXPECT_EQ(s0s[5], 32);
+    if (ts[4] == 0) {
+      EXPECT_EQ(ts[17], 32 * 8);
+    } else {
+      EXPECT_EQ(ts[5], 32 * 8);
+      EXPECT_GE(ts[4], 32 * 8);
+    }
+    (void)s1s;
   }
 }
 

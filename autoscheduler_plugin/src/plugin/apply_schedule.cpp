@@ -36,13 +36,11 @@ std::string display_name(const std::string &name) {
 
 std::string factor_text(double f) { return std::to_string(static_cast<long long>(f)); }
 
-// A pure definition's split shifts its last tile inwards (Halide's own default for pure
-// definitions: full vectors, no predicated tail, whose code LLVM took minutes over), unless the
-// Func reads an input directly (the shifted tail read a boundary wrapper's input out of bounds,
-// docs/data.md) or its region may be smaller than one split. Updates keep GuardWithIf.
+// A pure definition's split shifts its last tile inwards where shifts_inwards allows (Halide's
+// own default for pure definitions: full vectors, no predicated tail, whose code LLVM took
+// minutes over); updates and everything else use GuardWithIf.
 TailStrategy pure_tail(const FuncNode &f, double extent, double factor) {
-  return !f.reads_input && extent >= factor ? TailStrategy::ShiftInwards
-                                            : TailStrategy::GuardWithIf;
+  return shifts_inwards(f, extent, factor) ? TailStrategy::ShiftInwards : TailStrategy::GuardWithIf;
 }
 
 const char *tail_text(TailStrategy t) {

@@ -14,6 +14,10 @@ constexpr double kMaxAtRecompute = 8;
 constexpr double kMaxInlineFanout = 32;
 } // namespace
 
+bool shifts_inwards(const FuncNode &f, double extent, double factor) {
+  return !f.reads_input && extent >= factor;
+}
+
 std::vector<int> split_dims_outermost_first(const FuncChoice &c, const Box &region) {
   std::vector<int> dims;
   for (int d = static_cast<int>(region.size()) - 1; d >= 0; --d)
@@ -95,13 +99,22 @@ void LoopNestModel::model_func(int id) {
   if (c.placement == Placement::Inline) {
     for (int g : f.consumers) {
       const FuncModel &gm = funcs_[g];
-      double calls = 0;
-      for (const StageNode &s : dag_.funcs[g].stages)
+      const std::vector<StageNode> &stages = dag_.funcs[g].stages;
+      for (const StageNode &s : stages) {
+        double calls = 0;
         for (const Access &a : s.accesses)
           if (a.producer == id)
             calls += a.calls;
-      m.inlined_calls += calls * (gm.computed ? gm.points_total : gm.inlined_calls);
-      m.inline_fanout += calls * (gm.computed ? 1.0 : gm.inline_fanout);
+        if (calls == 0)
+          continue;
+        // An update runs once per point of its own domain (its RDom times its pure loops), not
+        // once per point of the Func: scaled from the pure stage by their sizes at root.
+        const double per_point = s.index == 0 || !(stages[0].points_minimum > 0)
+                                     ? 1.0
+                                     : s.points_minimum / stages[0].points_minimum;
+        m.inlined_calls += calls * (gm.computed ? gm.points_total * per_point : gm.inlined_calls);
+        m.inline_fanout += calls * (gm.computed ? 1.0 : gm.inline_fanout);
+      }
     }
     // Each call site copies the Func's expression into its consumer's: chains of inlined
     // stencils or pyramid levels multiply, and so does LLVM's compile time.
@@ -153,7 +166,20 @@ void LoopNestModel::model_func(int id) {
   }
   if (c.vectorize && f.dims > 0 && m.inner[0] >= f.vector_width)
     m.vector_width = f.vector_width;
-  m.points_total = box_points(m.region) * m.realizations;
+  // Along each dimension: whole tiles, and whole vectors inside them, where splits shift inwards.
+  m.points_computed = 1;
+  for (int d = 0; d < f.dims; ++d) {
+    const double e = std::max(1.0, m.region[d].extent());
+    double inner = m.inner[d], computed = e;
+    if (d == 0 && m.vector_width > 1 && shifts_inwards(f, inner, m.vector_width))
+      inner = std::ceil(inner / m.vector_width) * m.vector_width;
+    if (m.split[d])
+      computed = shifts_inwards(f, e, c.tile[d]) ? std::ceil(e / c.tile[d]) * inner : e;
+    else if (d == 0)
+      computed = inner;
+    m.points_computed *= computed;
+  }
+  m.points_total = m.points_computed * m.realizations;
   // Tiles whose halos recompute most of the Func again are never worth it.
   if (c.placement == Placement::At &&
       m.points_total > kMaxAtRecompute * std::max(1.0, box_points(f.root_region)))

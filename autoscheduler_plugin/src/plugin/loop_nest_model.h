@@ -25,6 +25,7 @@ struct FuncModel {
   double inlined_calls = 0;  // Inline: calls made to it in total
   double inline_fanout = 0;  // Inline: copies of its expression per point of a computed Func
   double points_total = 0;   // pure stage points over all realizations
+  double points_computed = 0; // pure stage points per realization, ShiftInwards overlaps counted
 };
 
 class LoopNestModel {
@@ -49,6 +50,13 @@ private:
   std::vector<FuncModel> funcs_;
   bool legal_ = true;
 };
+
+// Whether a pure definition's split of a dimension with this extent shifts its last split
+// inwards (ShiftInwards, computing the overlap twice) rather than guarding it (GuardWithIf):
+// where the extent holds a whole split and the Func reads no input directly, whose boundary
+// wrapper the shifted tail read out of bounds (docs/data.md). apply_schedule and the features
+// both follow it.
+bool shifts_inwards(const FuncNode &f, double extent, double factor);
 
 // Tile loops of a Root Func, outermost first: the dimensions with tile[d] below the region's
 // extent, from the last dimension to the first.

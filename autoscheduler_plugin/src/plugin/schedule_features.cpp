@@ -92,7 +92,7 @@ void cpu_schedule_features(const PipelineAnalysis &dag, const State &state,
         points *= e;
       }
       if (s.index == 0)
-        points = box_points(m.region);
+        points = m.points_computed;
       const bool tiled = s.index == 0;
       const double tiles = tiled ? m.tiles : 1;
       const double tasks = s.index == 0 ? m.tasks : (m.tasks > 1 && c.parallel_dims > 0 ? m.tasks : 1);
