@@ -120,6 +120,51 @@ TEST_F(HkfacPlugin, ScheduleComputesWhatThePlainScheduleComputes) {
   }
 }
 
+// A matrix product whose update the search may block by rows (FuncChoice::update_rows): with
+// rows, columns and depth that no block, vector or unroll divides, a blocked schedule must
+// compute the product a plain loop computes.
+TEST_F(HkfacPlugin, RowBlockedReductionComputesThePlainProduct) {
+  const int n = 45, m = 70, k = 37;
+  Buffer<float> a(k, n), b(m, k);
+  for (int i = 0; i < n; ++i)
+    for (int j = 0; j < k; ++j)
+      a(j, i) = std::sin(0.3f * i + 0.7f * j);
+  for (int i = 0; i < k; ++i)
+    for (int j = 0; j < m; ++j)
+      b(j, i) = std::cos(0.2f * i - 0.5f * j);
+  bool found = false;
+  for (int seed = 1; seed <= 40 && !found; ++seed) {
+    ImageParam pa(Float(32), 2, "a"), pb(Float(32), 2, "b");
+    Func prod("prod");
+    Var x("x"), y("y");
+    RDom r(0, k, "r");
+    prod(x, y) = 0.0f;
+    prod(x, y) += pa(r, y) * pb(x, r);
+    pa.set_estimates({{0, k}, {0, n}});
+    pb.set_estimates({{0, m}, {0, k}});
+    prod.set_estimates({{0, m}, {0, n}});
+    const std::string s = std::to_string(seed);
+    ScopedEnv w("HL_RANDOMIZE_WEIGHTS", s.c_str());
+    Pipeline pipe(prod);
+    AutoSchedulerResults res = pipe.auto_schedule("Hkfac", kTarget, machine());
+    if (res.schedule_source.find("prod.update(0).unroll(y_i)") == std::string::npos)
+      continue;
+    found = true;
+    pa.set(a);
+    pb.set(b);
+    Buffer<float> got = pipe.realize({m, n}, kTarget);
+    for (int i = 0; i < n; ++i)
+      for (int j = 0; j < m; ++j) {
+        float want = 0;
+        for (int t = 0; t < k; ++t)
+          want += a(t, i) * b(j, t);
+        ASSERT_NEAR(got(j, i), want, 1e-4f * (1 + std::fabs(want))) << j << "," << i << "\n"
+                                                                    << res.schedule_source;
+      }
+  }
+  EXPECT_TRUE(found) << "no random model of 40 blocked the product's rows";
+}
+
 TEST_F(HkfacPlugin, SameSeedGivesSameSchedule) {
   ScopedEnv b("HL_BEAM_SIZE", "4");
   ScopedEnv d("HL_RANDOM_DROPOUT", "50");

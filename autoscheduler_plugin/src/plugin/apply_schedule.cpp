@@ -194,24 +194,38 @@ void schedule_updates(Writer &w, const FuncNode &f, const FuncChoice &c, const F
     for (const LoopDim &l : st.loops)
       order.push_back({l.var, l.is_rvar});
     const std::string x = f.func.args()[0];
+    const bool blocked = blocks_rows(f, st, m, c.update_rows);
+    const std::string y = blocked ? f.func.args()[1] : std::string();
     bool vectorized = false, scheduled = false;
     if (c.vectorize && f.dims > 0 && st.pure_arg_is_loop[0] && m.vector_width > 1 &&
         m.region[0].extent() >= m.vector_width) {
       w.split(static_cast<int>(s), x, false, x, x + "_v", m.vector_width,
               TailStrategy::GuardWithIf);
       order.insert(order.begin(), {x + "_v", false});
+      if (blocked) {
+        // x_v, y_i innermost, the RVars around them, y_o where y was.
+        w.split(static_cast<int>(s), y, false, y + "_o", y + "_i", c.update_rows,
+                TailStrategy::GuardWithIf);
+        for (auto &o : order)
+          if (o.first == y)
+            o.first = y + "_o";
+        order.insert(order.begin() + 1, {y + "_i", false});
+      }
       w.reorder(static_cast<int>(s), order);
       w.loop_type(static_cast<int>(s), x + "_v", false, "vectorize");
+      if (blocked)
+        w.loop_type(static_cast<int>(s), y + "_i", false, "unroll");
       vectorized = scheduled = true;
     }
     const LoopDim &outer = st.loops.back();
     if (c.placement == Placement::Root && !outer.is_rvar && st.pure_arg_is_loop[outer.pure_arg] &&
         m.region[outer.pure_arg].extent() >= 2 && c.parallel_dims > 0 &&
         !(vectorized && outer.pure_arg == 0)) {
-      w.loop_type(static_cast<int>(s), outer.var, false, "parallel");
+      w.loop_type(static_cast<int>(s), blocked && outer.var == y ? y + "_o" : outer.var, false,
+                  "parallel");
       scheduled = true;
     }
-    if (c.unroll_rvars && st.loops[0].is_rvar && st.loops[0].constant_extent &&
+    if (!blocked && c.unroll_rvars && st.loops[0].is_rvar && st.loops[0].constant_extent &&
         st.loops[0].rextent <= 8) {
       w.loop_type(static_cast<int>(s), st.loops[0].var, true, "unroll");
       scheduled = true;

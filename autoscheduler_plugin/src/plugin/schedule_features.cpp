@@ -111,7 +111,10 @@ void cpu_schedule_features(const PipelineAnalysis &dag, const State &state,
                                 : (tiled ? m.inner[s.loops[0].pure_arg] : m.region[s.loops[0].pure_arg].extent());
       inner_pure = innermost_dim < 0 ? 1 : (tiled ? m.inner[innermost_dim] : m.region[innermost_dim].extent());
       double unrolled = 1;
-      if (c.unroll_rvars && !s.loops.empty() && s.loops[0].is_rvar && s.loops[0].constant_extent)
+      if (blocks_rows(f, s, m, c.update_rows))
+        unrolled = c.update_rows;
+      else if (c.unroll_rvars && !s.loops.empty() && s.loops[0].is_rvar &&
+               s.loops[0].constant_extent)
         unrolled = s.loops[0].rextent;
 
       const double total = points * m.realizations;

@@ -28,11 +28,15 @@ struct FuncChoice {
   int parallel_dims = 0;
   bool vectorize = true;
   bool unroll_rvars = false;
+  // Register blocking of update stages (see blocks_rows): each vectorized update computes
+  // `update_rows` rows of dimension 1 at once, unrolled, inside its RVar loops, so one load of a
+  // reduction's operand serves that many accumulators. 1: no blocking.
+  int update_rows = 1;
 
   bool operator==(const FuncChoice &o) const {
     return placement == o.placement && at_func == o.at_func && at_level == o.at_level &&
            tile == o.tile && parallel_dims == o.parallel_dims && vectorize == o.vectorize &&
-           unroll_rvars == o.unroll_rvars;
+           unroll_rvars == o.unroll_rvars && update_rows == o.update_rows;
   }
 };
 

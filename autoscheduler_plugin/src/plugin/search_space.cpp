@@ -44,9 +44,55 @@ PlacementKey placement_key(const FuncChoice &c) {
   return {static_cast<int>(c.placement), c.at_func, static_cast<int>(c.at_level)};
 }
 
+namespace {
+
+// Whether some update of `f` may be blocked by rows (blocks_rows decides per state).
+bool has_blockable_update(const FuncNode &f) {
+  if (f.dims < 2 || f.vector_width <= 1)
+    return false;
+  for (const StageNode &s : f.stages) {
+    if (s.index == 0 || !s.pure_arg_is_loop[0] || !s.pure_arg_is_loop[1])
+      continue;
+    for (const LoopDim &l : s.loops)
+      if (l.is_rvar)
+        return true;
+  }
+  return false;
+}
+
+std::vector<FuncChoice> unblocked_choices(const PipelineAnalysis &dag, const State &state,
+                                          const LoopNestModel &model, int id,
+                                          const Parameters &params, bool coarse,
+                                          const std::set<PlacementKey> &allowed);
+
+} // namespace
+
 std::vector<FuncChoice> func_choices(const PipelineAnalysis &dag, const State &state,
                                      const LoopNestModel &model, int id, const Parameters &params,
                                      bool coarse, const std::set<PlacementKey> &allowed) {
+  std::vector<FuncChoice> out = unblocked_choices(dag, state, model, id, params, coarse, allowed);
+  const FuncNode &f = dag.funcs[id];
+  if (f.is_extern || !has_blockable_update(f))
+    return out;
+  const size_t n = out.size();
+  for (size_t i = 0; i < n; ++i) {
+    if (out[i].placement == Placement::Inline)
+      continue;
+    for (int rows : {4, 8}) {
+      FuncChoice c = out[i];
+      c.update_rows = rows;
+      out.push_back(c);
+    }
+  }
+  return out;
+}
+
+namespace {
+
+std::vector<FuncChoice> unblocked_choices(const PipelineAnalysis &dag, const State &state,
+                                          const LoopNestModel &model, int id,
+                                          const Parameters &params, bool coarse,
+                                          const std::set<PlacementKey> &allowed) {
   const FuncNode &f = dag.funcs[id];
   std::vector<FuncChoice> out;
   auto keep = [&](const FuncChoice &c) {
@@ -173,5 +219,7 @@ std::vector<FuncChoice> func_choices(const PipelineAnalysis &dag, const State &s
   }
   return out;
 }
+
+} // namespace
 
 } // namespace hkfac::sched
