@@ -72,10 +72,11 @@ def mark_failed(d, reason, log=""):
 
 
 def search_env(args, pipeline, k):
-    """Search settings of schedule k: schedule 0 is the full beam, the rest greedy with dropout."""
+    """Search settings of schedule k: the run's first --full-beam schedules use the full beam,
+    the rest are greedy with dropout."""
     env = dict(os.environ)
     env["HL_SEED"] = str((pipeline.id * 7919 + k) & 0x7FFFFFFF)
-    if k < args.full_beam:
+    if k - args.first_schedule < args.full_beam:
         env["HL_BEAM_SIZE"] = str(args.beam_size)
         env["HL_RANDOM_DROPOUT"] = "100"
     else:
@@ -84,7 +85,7 @@ def search_env(args, pipeline, k):
         env["HL_RANDOM_DROPOUT"] = str(dropouts[k % len(dropouts)])
     if args.weights:
         env["HL_WEIGHTS_DIR"] = args.weights
-    if args.randomize_weights and k >= args.full_beam:
+    if args.randomize_weights and k - args.first_schedule >= args.full_beam:
         # A different random cost model per schedule: the first data for a new featurization,
         # before any trained weights exist (Hkfac only).
         env["HL_RANDOMIZE_WEIGHTS"] = str(int(env["HL_SEED"]) + 1)
@@ -100,7 +101,9 @@ def compile_schedule(args, target, rungen_objs, pipeline, k, d):
     """
     fname = f"{pipeline.name}_s{k}"
     bench = os.path.join(d, "bench")
-    if os.path.exists(bench) and os.path.exists(os.path.join(d, fname + ".featurization")):
+    # The benchmark appears under its name only once linked whole (below), so a run stopped
+    # mid-link recompiles here rather than timing a partial file.
+    if os.access(bench, os.X_OK) and os.path.exists(os.path.join(d, fname + ".featurization")):
         return 0.0
     os.makedirs(d, exist_ok=True)
     env = search_env(args, pipeline, k)
@@ -127,7 +130,8 @@ def compile_schedule(args, target, rungen_objs, pipeline, k, d):
         return None
     link = [args.cxx, "-std=c++17", "-I", HALIDE_INCLUDE,
             os.path.join(d, fname + ".registration.cpp"), rungen_objs[0],
-            os.path.join(d, fname + ".a"), rungen_objs[1], "-o", bench, "-ldl", "-lpthread"]
+            os.path.join(d, fname + ".a"), rungen_objs[1], "-o", bench + ".tmp", "-ldl",
+            "-lpthread"]
     try:
         proc = subprocess.run(link, capture_output=True, text=True, timeout=args.compile_timeout)
     except subprocess.TimeoutExpired:
@@ -136,6 +140,7 @@ def compile_schedule(args, target, rungen_objs, pipeline, k, d):
     if proc.returncode != 0:
         mark_failed(d, "linking the benchmark failed", proc.stderr)
         return None
+    os.replace(bench + ".tmp", bench)
     # The library is inside the benchmark now; it is the bulk of a schedule's disk use.
     os.remove(os.path.join(d, fname + ".a"))
     return time.monotonic() - start
@@ -155,6 +160,9 @@ def benchmark(args, d):
                               timeout=args.bench_timeout)
     except subprocess.TimeoutExpired:
         mark_failed(d, f"benchmark timed out after {args.bench_timeout} s")
+        return None
+    except OSError as e:
+        mark_failed(d, f"the benchmark could not run: {e}")
         return None
     with open(os.path.join(d, "bench.txt"), "w") as f:
         f.write(proc.stdout + proc.stderr)
@@ -263,6 +271,9 @@ def main():
     p.add_argument("--randomize-weights", action="store_true",
                    help="greedy runs search with random weights, a new seed each (Hkfac)")
     p.add_argument("--schedules", type=int, default=10, help="schedules per pipeline")
+    p.add_argument("--first-schedule", type=int, default=0,
+                   help="id of the first schedule (later runs over the same pipelines start "
+                        "past the earlier ones' ids, and so search with other seeds)")
     p.add_argument("--full-beam", type=int, default=1, help="how many of them use the full beam")
     p.add_argument("--beam-size", type=int, default=32, help="HL_BEAM_SIZE of full-beam runs")
     p.add_argument("--dropout", default="1,5,25",
@@ -305,7 +316,7 @@ def main():
     for pi, pipeline in enumerate(pipelines, 1):
         todo = []
         seen = {}  # featurization digest -> schedule id, over this pipeline's samples
-        for k in range(args.schedules):
+        for k in range(args.first_schedule, args.first_schedule + args.schedules):
             d = os.path.join(args.out, pipeline.name, f"{pipeline.name}_s{k}")
             sample = os.path.join(d, f"{pipeline.name}_s{k}.sample")
             if os.path.exists(sample):
