@@ -254,6 +254,8 @@ void check_flags() {
   const double norm = absl::GetFlag(FLAGS_norm_constraint);
   require_flag(finite_float(norm) && norm >= 0, "--norm_constraint", norm,
                "finite and > 0 (or 0, the default: no constraint)");
+  require_flag(norm == 0 || !absl::GetFlag(FLAGS_use_adaptive_learning_rate), "--norm_constraint",
+               norm, "0 with --use_adaptive_learning_rate (the adaptive rate sizes its own steps)");
   require_flag(absl::GetFlag(FLAGS_inverse_update_period) >= 1, "--inverse_update_period",
                absl::GetFlag(FLAGS_inverse_update_period), ">= 1");
   require_flag(absl::GetFlag(FLAGS_curvature_update_period) >= 1, "--curvature_update_period",

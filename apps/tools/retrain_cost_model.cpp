@@ -58,7 +58,8 @@ ABSL_FLAG(double, kfac_momentum, 0.5, "K-FAC: momentum when not adaptive");
 ABSL_FLAG(int, kfac_inverse_period, 5, "K-FAC: steps between factor inverses");
 ABSL_FLAG(int, kfac_curvature_period, 1,
           "K-FAC: steps between curvature (factor) updates, kfac-jax's curvature_update_period");
-ABSL_FLAG(double, kfac_norm_constraint, 3e-4, "K-FAC: norm constraint (0: none)");
+ABSL_FLAG(double, kfac_norm_constraint, 3e-4,
+          "K-FAC: norm constraint (0: none; not with --kfac_adaptive)");
 ABSL_FLAG(bool, kfac_serial_kernels, true,
           "K-FAC: run the steps' kernels on the calling thread (the network is small: waking the "
           "kernel thread pool between the optimizer's work costs more than it gives back)");
@@ -155,6 +156,9 @@ void check_optimizer_flags(cm::OptimizerKind optimizer, const std::set<std::stri
   if (kfac) {
     for (const char *flag : adam_only)
       refuse(flag);
+    if (absl::GetFlag(FLAGS_kfac_adaptive) && named.count("kfac_norm_constraint"))
+      throw hkfac::Error("--kfac_norm_constraint and --kfac_adaptive: the adaptive learning rate "
+                         "sizes its own steps and takes no norm constraint; drop one");
   } else {
     for (const char *flag : kfac_only)
       refuse(flag);

@@ -62,6 +62,10 @@ const OptimizerOptions &validated(const OptimizerOptions &o) {
           "damping_schedule and use_adaptive_damping are mutually exclusive");
   require(!(o.use_adaptive_learning_rate && o.learning_rate_schedule),
           "learning_rate_schedule and use_adaptive_learning_rate are mutually exclusive");
+  // The quadratic model sizes the adaptive step itself; a constraint on lr²⟨u, g⟩ would be
+  // ignored (kfac-jax refuses the pair too).
+  require(!(o.use_adaptive_learning_rate && o.norm_constraint),
+          "norm_constraint and use_adaptive_learning_rate are mutually exclusive");
   require(!(o.use_adaptive_momentum && o.momentum_schedule),
           "momentum_schedule and use_adaptive_momentum are mutually exclusive");
   require(!o.use_adaptive_momentum || o.use_adaptive_learning_rate,

@@ -166,18 +166,22 @@ TEST(kfacBlocks, MovingAverageIsWeightedBySumOfEmaWeights) {
   b2.init();
   b1.update_curvature_estimate(0.0f, 1.0f, batch_of(f1));
   b2.update_curvature_estimate(0.0f, 1.0f, batch_of(f2));
-  const MatrixXd mean = 0.5 * (b1.full_curvature() + b2.full_curvature());
+  // Each factor is the mean of the two batches' factors (the curvature is their Kronecker
+  // product, not the mean of the two products).
+  const MatrixXd a_mean = 0.5 * (b1.factor_a() + b2.factor_a()).cast<double>();
+  const MatrixXd g_mean = 0.5 * (b1.factor_g() + b2.factor_g()).cast<double>();
   EXPECT_NEAR(block.ema_weight(), 1.0, 1e-12);
-  EXPECT_LT(rel_err(block.factor_a().cast<double>(),
-                    0.5 * (b1.factor_a() + b2.factor_a()).cast<double>()),
-            1e-6);
+  EXPECT_LT(rel_err(block.factor_a().cast<double>(), a_mean), 1e-6);
+  EXPECT_LT(rel_err(block.factor_g().cast<double>(), g_mean), 1e-6);
+  EXPECT_LT(rel_err(block.full_curvature(), kron(a_mean, g_mean)), 1e-6);
+  // Then (ema_old, ema_new) = (0.95, 1): the sum weighs the old mean by 0.95 and the new batch
+  // by 1, and the estimate divides by the sum of the weights, 1.95.
   block.update_curvature_estimate(0.95f, 1.0f, batch_of(f1));
   EXPECT_NEAR(block.ema_weight(), 1.95, 1e-6);
-  const MatrixXd a_expected =
-      (0.95 * 0.5 * (b1.factor_a() + b2.factor_a()).cast<double>() + b1.factor_a().cast<double>()) /
-      1.95;
+  const MatrixXd a_expected = (0.95 * a_mean + b1.factor_a().cast<double>()) / 1.95;
+  const MatrixXd g_expected = (0.95 * g_mean + b1.factor_g().cast<double>()) / 1.95;
   EXPECT_LT(rel_err(block.factor_a().cast<double>(), a_expected), 1e-6);
-  (void)mean;
+  EXPECT_LT(rel_err(block.factor_g().cast<double>(), g_expected), 1e-6);
 }
 
 TEST(kfacBlocks, PiAdjustedDampingMatchesClosedForm) {

@@ -505,6 +505,72 @@ TEST(kfacOptimizer, OptionsOutOfTheirRangesAreErrorsNamingThem) {
   // Without adaptive damping the initial damping is not used, and need not lie in the range.
   outside.use_adaptive_damping = false;
   EXPECT_NO_THROW(Optimizer(r.model, Regression::value, outside));
+  // The adaptive learning rate sizes its own steps: a norm constraint beside it would be ignored.
+  OptimizerOptions both = basic_options();
+  both.use_adaptive_learning_rate = true;
+  both.norm_constraint = 1e-3;
+  expect_error(both, "norm_constraint and use_adaptive_learning_rate are mutually exclusive");
+}
+
+// The damping in use stays in [min_damping, max_damping]: a user's value (from StepValues or a
+// schedule) is clamped to it, and so is the adapted one as Levenberg–Marquardt moves it.
+TEST(kfacOptimizer, DampingIsClampedToItsBounds) {
+  {
+    Regression r(8, 32);
+    OptimizerOptions o = basic_options();
+    o.min_damping = 1e-3;
+    o.max_damping = 0.5;
+    Optimizer opt(r.model, Regression::value, o);
+    EXPECT_EQ(opt.step(r.params, r.source(), values(0.01, 0.0, 1e-6)).damping, 1e-3);
+    EXPECT_EQ(opt.step(r.params, r.source(), values(0.01, 0.0, 2.0)).damping, 0.5);
+    EXPECT_EQ(opt.step(r.params, r.source(), values(0.01, 0.0, 0.1)).damping, 0.1);
+  }
+  // Small steps: rho > 0.75 and the damping halves each step, down to min_damping. Huge steps:
+  // rho < 0.25 and it doubles, up to max_damping.
+  for (double lr : {0.01, 50.0}) {
+    Regression r(8, 64);
+    OptimizerOptions o = basic_options();
+    o.use_adaptive_damping = true;
+    o.initial_damping = 1e-2;
+    o.damping_adaptation_interval = 1;
+    o.damping_adaptation_decay = 0.5;
+    o.min_damping = 3e-3;
+    o.max_damping = 3e-2;
+    Optimizer opt(r.model, Regression::value, o);
+    StepValues v;
+    v.learning_rate = lr;
+    v.momentum = 0.0;
+    std::vector<double> seen;
+    for (int s = 0; s < 4; ++s) {
+      const StepStats st = opt.step(r.params, r.source(), v);
+      ASSERT_FALSE(st.rejected) << "lr " << lr << " step " << s;
+      seen.push_back(opt.damping());
+    }
+    const std::vector<double> want =
+        lr < 1.0 ? std::vector<double>{5e-3, 3e-3, 3e-3, 3e-3}
+                 : std::vector<double>{2e-2, 3e-2, 3e-2, 3e-2};
+    for (size_t i = 0; i < want.size(); ++i)
+      EXPECT_NEAR(seen[i], want[i], 1e-12) << "lr " << lr << " after step " << i;
+  }
+}
+
+// Schedules are functions of the step number: each step uses its own number's values (the
+// momentum's first value excepted, which is 0), rejected steps counting too.
+TEST(kfacOptimizer, SchedulesAreEvaluatedAtTheStepNumber) {
+  Regression r(8, 32);
+  OptimizerOptions o = basic_options();
+  o.learning_rate_schedule = [](int t) { return 0.01 * (t + 1); };
+  o.momentum_schedule = [](int t) { return 0.1 + 0.05 * t; };
+  o.damping_schedule = [](int t) { return 1e-3 * (t + 1); };
+  Optimizer opt(r.model, Regression::value, o);
+  for (int t = 0; t < 5; ++t) {
+    const StepStats st = opt.step(r.params, r.source());
+    ASSERT_EQ(st.step, t);
+    EXPECT_DOUBLE_EQ(st.learning_rate, 0.01 * (t + 1)) << t;
+    EXPECT_DOUBLE_EQ(st.momentum, t == 0 ? 0.0 : 0.1 + 0.05 * t) << t;
+    EXPECT_DOUBLE_EQ(st.damping, 1e-3 * (t + 1)) << t;
+  }
+  EXPECT_EQ(opt.step_count(), 5);
 }
 
 // At an exactly zero gradient u = F̂⁻¹·0 = 0 and the quadratic model is flat along u: the
@@ -770,6 +836,69 @@ TEST(kfacOptimizer, AdaptiveLearningRateMinimisesTheQuadraticModel) {
     EXPECT_GE(tm.total_s, tm.forward_backward_s + tm.curvature_update_s + tm.inverse_s +
                               tm.precondition_s + tm.update_s);
   }
+}
+
+// With an adaptive learning rate and momentum the step is Δ = α u + β v with u = F̂⁻¹g, and
+// (α, β) minimises the quadratic model q(α, β) = L(θ + α u + β v) - L(θ) + γ/2 ||α u + β v||²,
+// exact for a linear least-squares model. Checked independently: u from the estimator's
+// inverses and the gradient at θ, Δ decomposed over (u, v) by least squares, and an
+// independent 2x2 solve of q (gradient and Hessian in (α, β) from central differences of the
+// loss, exact for a quadratic) whose Newton correction must vanish at the chosen (α, β).
+TEST(kfacOptimizer, AdaptiveLearningRateAndMomentumSolveTheTwoByTwoModel) {
+  Regression r(0, 64);
+  OptimizerOptions o = basic_options();
+  o.use_adaptive_learning_rate = true;
+  o.use_adaptive_momentum = true;
+  Optimizer opt(r.model, Regression::value, o);
+  const double damping = 1e-2;
+  const float gamma = static_cast<float>(o.l2_reg + damping);
+  StepValues v;
+  v.damping = damping;
+  for (int s = 0; s < 2; ++s)
+    opt.step(r.params, r.source(), v);
+  const Params theta = r.params, vel = opt.velocity();
+  std::vector<Batch> last;
+  const StepStats st = opt.step(r.params, r.recording(last), v);
+  ASSERT_FALSE(st.rejected);
+  // inverse_update_period = 1: the inverses the step used, at the same damping.
+  const Params u = opt.estimator().multiply_matpower(opt.gradient(theta, last.back()), -1, gamma);
+  Params delta = r.params;
+  axpy(-1.0f, theta, delta);
+  // Δ over (u, v): the normal equations of the least-squares fit.
+  const double uu = dot(u, u), uv = dot(u, vel), vv = dot(vel, vel);
+  const double du = dot(delta, u), dv = dot(delta, vel), dd = dot(delta, delta);
+  const double det_n = uu * vv - uv * uv;
+  ASSERT_GT(det_n, 0.0);
+  const double alpha = (vv * du - uv * dv) / det_n, beta = (uu * dv - uv * du) / det_n;
+  const double residual = dd - alpha * du - beta * dv; // ||Δ - α u - β v||²
+  EXPECT_LT(residual, 1e-6 * dd);
+  EXPECT_NEAR(alpha, -st.learning_rate, 1e-3 * std::abs(alpha));
+  EXPECT_NEAR(beta, st.momentum, 1e-3 * std::abs(beta) + 1e-6);
+  ASSERT_NE(alpha, 0.0);
+  ASSERT_NE(beta, 0.0);
+  auto q = [&](double a, double b) {
+    Params step = u;
+    scale(static_cast<float>(a), step);
+    axpy(static_cast<float>(b), vel, step);
+    Params p = theta;
+    axpy(1.0f, step, p);
+    return opt.evaluate(p, last.back()) + 0.5 * gamma * squared_norm(step);
+  };
+  const double ha = 0.25 * std::abs(alpha), hb = 0.25 * std::abs(beta);
+  const double q0 = q(alpha, beta);
+  const double qa = q(alpha + ha, beta), qA = q(alpha - ha, beta);
+  const double qb = q(alpha, beta + hb), qB = q(alpha, beta - hb);
+  const double hab = (q(alpha + ha, beta + hb) - q(alpha + ha, beta - hb) -
+                      q(alpha - ha, beta + hb) + q(alpha - ha, beta - hb)) /
+                     (4 * ha * hb);
+  const double ga = (qa - qA) / (2 * ha), gb = (qb - qB) / (2 * hb);
+  const double haa = (qa - 2 * q0 + qA) / (ha * ha), hbb = (qb - 2 * q0 + qB) / (hb * hb);
+  const double det = haa * hbb - hab * hab;
+  ASSERT_GT(haa, 0.0);
+  ASSERT_GT(det, 0.0);
+  const double da = -(hbb * ga - hab * gb) / det, db = -(-hab * ga + haa * gb) / det;
+  EXPECT_LT(std::abs(da), 0.02 * std::abs(alpha)) << "alpha " << alpha << " beta " << beta;
+  EXPECT_LT(std::abs(db), 0.02 * std::abs(beta)) << "alpha " << alpha << " beta " << beta;
 }
 
 TEST(kfacOptimizer, ValueFunctionFlagsGuardAuxStateAndRng) {

@@ -128,7 +128,9 @@ kfac::OptimizerOptions kfac_options(const TrainOptions &o, int steps_per_epoch) 
   k.inverse_update_period = o.kfac_inverse_period;
   k.curvature_update_period = o.kfac_curvature_period;
   k.curvature_ema = 0.95;
-  k.norm_constraint = o.kfac_norm_constraint;
+  // The adaptive learning rate sizes its own steps (the optimizer refuses a norm constraint then).
+  if (!o.kfac_adaptive)
+    k.norm_constraint = o.kfac_norm_constraint;
   k.seed = o.seed;
   k.serial_kernels = o.kfac_serial_kernels;
   k.initial_damping = o.kfac_damping;

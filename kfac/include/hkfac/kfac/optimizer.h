@@ -62,7 +62,8 @@ struct OptimizerOptions {
   Schedule damping_schedule;
   double min_damping = 1e-8;
   double max_damping = std::numeric_limits<double>::infinity();
-  // C in: u = F̂⁻¹g, s = lr²⟨u, g⟩, u scaled by min(1, sqrt(C/s)).
+  // C in: u = F̂⁻¹g, s = lr²⟨u, g⟩, u scaled by min(1, sqrt(C/s)). Not with an adaptive
+  // learning rate (an error).
   std::optional<double> norm_constraint;
   int num_burnin_steps = 10;
   EstimationMode estimation_mode = EstimationMode::fisher_gradients;
