@@ -1,0 +1,229 @@
+#!/usr/bin/env python3
+"""The learning loop: rounds of search, benchmark and retraining that improve Hkfac's weights.
+
+Each round
+  1. searches new schedules with the previous round's weights plus random dropout (the first
+     round, with no weights yet, searches with a random cost model per schedule): --random-per-round
+     new random pipelines and, if --app-schedules, more schedules of every app;
+  2. benchmarks every new schedule and adds its sample (apps/tools/generate_data.py);
+  3. retrains with K-FAC on all samples so far (apps/tools/train_weights.py): baseline.weights
+     and one hold-one-out file per app, then one more run that holds out a fixed fifth of the
+     pipelines (mostly random ones) to measure ordering accuracy on pipelines never seen;
+  4. optionally (--bench) runs the schedule bench bed with the round's hold-one-out weights;
+and appends what it measured to WORK/loop.json and WORK/loop.md.
+
+Every step resumes where it stopped: samples already made are skipped, a round's training is
+redone only if its records are missing, a finished round is never rerun. Stop it at any point
+(Ctrl-C) and run the same command again.
+
+  learning_loop.py --work build/loop --rounds 3 --random-per-round 60 --epochs 40 \\
+      -- --kfac_rate=0.1 --kfac_final_rate=0.001 --kfac_momentum=0.9 --kfac_norm_constraint=0.01
+"""
+import argparse
+import csv
+import glob
+import json
+import math
+import os
+import subprocess
+import sys
+import time
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+OTHER_SCHEDULERS = ("Adams2019", "Mullapudi2016", "Li2018")
+
+
+def log(msg):
+    print(time.strftime("[%H:%M:%S] ") + msg, flush=True)
+
+
+def run(cmd, logfile, ok=(0,)):
+    """Runs one step, its output to `logfile`; a failure ends the loop with the log's name."""
+    with open(logfile, "a") as f:
+        f.write("$ " + " ".join(cmd) + "\n")
+        f.flush()
+        proc = subprocess.run(cmd, stdout=f, stderr=subprocess.STDOUT)
+    if proc.returncode not in ok:
+        sys.exit(f"learning_loop: '{os.path.basename(cmd[1])}' exited {proc.returncode}; "
+                 f"see {logfile}")
+
+
+def samples_under(d):
+    return sorted(glob.glob(os.path.join(d, "*", "*", "*.sample")))
+
+
+def pooled_accuracy(csvs):
+    """Pairs ordered right over all pairs, from each run's last CSV row."""
+    right = pairs = 0.0
+    for path in csvs:
+        with open(path) as f:
+            rows = list(csv.DictReader(f))
+        if not rows:
+            continue
+        n = float(rows[-1]["validation_pairs"])
+        right += float(rows[-1]["validation_accuracy"]) * n
+        pairs += n
+    return (right / pairs if pairs else None), int(pairs)
+
+
+def bench_summary(path):
+    """Hkfac's geomean runtime ratio to the per-app best of Halide's three, and the worst app."""
+    with open(path) as f:
+        bed = json.load(f)
+    ratios = {}
+    for app, variants in bed.items():
+        med = {}
+        for v in variants:
+            if v["verified"] == "agree" and v["times_ms"]:
+                t = sorted(v["times_ms"])
+                med[v["scheduler"]] = t[len(t) // 2]
+        best = [med[s] for s in OTHER_SCHEDULERS if s in med]
+        if "Hkfac" in med and best:
+            ratios[app] = med["Hkfac"] / min(best)
+    if not ratios:
+        return None
+    geo = math.exp(sum(math.log(r) for r in ratios.values()) / len(ratios))
+    worst = max(ratios, key=ratios.get)
+    return {"geomean_to_best": geo, "apps": len(ratios), "worst_app": worst,
+            "worst_ratio": ratios[worst], "per_app": ratios}
+
+
+def fmt(v):
+    return "-" if v is None else f"{v:.3f}"
+
+
+def main():
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("--work", required=True, help="loop directory (samples, rounds, log)")
+    p.add_argument("--rounds", type=int, required=True, help="rounds to have done in total")
+    p.add_argument("--build", default="build")
+    p.add_argument("--random-per-round", type=int, default=50, help="new random pipelines")
+    p.add_argument("--first-seed", type=int, default=0, help="first random pipeline seed")
+    p.add_argument("--schedules", type=int, default=8, help="schedules per random pipeline")
+    p.add_argument("--stages", default="4:10", help="LO:HI stage counts of random pipelines")
+    p.add_argument("--app-schedules", type=int, default=4,
+                   help="new schedules of every app per round (0: random pipelines only)")
+    p.add_argument("--apps", default="", help="comma-separated apps (default: all built)")
+    p.add_argument("--initial-weights", help="weights for the first round's search "
+                   "(default: a random cost model per schedule)")
+    p.add_argument("--epochs", type=int, default=40)
+    p.add_argument("--jobs", type=int, default=os.cpu_count() or 1)
+    p.add_argument("--bench", action="store_true",
+                   help="run the bench bed each round (every app under every scheduler: slow)")
+    p.add_argument("--bench-beam", type=int, default=32, help="Hkfac's beam in the bench bed")
+    p.add_argument("extra", nargs="*", help="retrain_cost_model flags for training (after --)")
+    args = p.parse_args()
+
+    build = os.path.abspath(args.build)
+    plugin = os.path.join(build, "autoscheduler_plugin", "libautoschedule_hkfac.so")
+    generator = os.path.join(build, "apps", "random_pipeline", "hkfac_random_pipeline")
+    for path in (plugin, generator, os.path.join(build, "apps/tools/retrain_cost_model")):
+        if not os.path.exists(path):
+            sys.exit(f"learning_loop: {path} is missing (build the project first)")
+    apps = [a for a in args.apps.split(",") if a] or sorted(
+        os.path.basename(x)[len("hkfac_pipeline_"):]
+        for x in glob.glob(os.path.join(build, "apps", "pipelines", "hkfac_pipeline_*"))
+        if os.access(x, os.X_OK))
+    work = os.path.abspath(args.work)
+    samples = os.path.join(work, "samples")
+    os.makedirs(samples, exist_ok=True)
+    state_path = os.path.join(work, "loop.json")
+    state = {"rounds": []}
+    if os.path.exists(state_path):
+        with open(state_path) as f:
+            state = json.load(f)
+
+    for r in range(len(state["rounds"]), args.rounds):
+        rdir = os.path.join(work, f"round{r}")
+        os.makedirs(rdir, exist_ok=True)
+        logfile = os.path.join(rdir, "steps.log")
+        t0 = time.time()
+        before = len(samples_under(samples))
+        prev = (os.path.join(work, f"round{r - 1}", "baseline.weights") if r > 0
+                else args.initial_weights)
+        seeds = f"{args.first_seed + r * args.random_per_round}:{args.random_per_round}"
+        log(f"round {r}: searching with {prev or 'random cost models'}; random seeds {seeds}")
+
+        gen = [sys.executable, os.path.join(HERE, "generate_data.py"), "--out", samples,
+               "--scheduler", "Hkfac", "--plugin", plugin, "--random-generator", generator,
+               "--jobs", str(args.jobs)]
+        # With weights: one full-beam schedule per pipeline and round, the rest greedy with
+        # dropout. Without: greedy searches, each under its own random model.
+        gen += ["--weights", prev, "--full-beam", "1"] if prev else [
+            "--randomize-weights", "--full-beam", "0"]
+        # generate_data exits 1 when some schedules failed; they are marked and skipped.
+        run(gen + ["--random", seeds, "--stages", args.stages, "--schedules", str(args.schedules)],
+            logfile, (0, 1))
+        if args.app_schedules:
+            app_specs = []
+            for a in apps:
+                app_specs += ["--app", os.path.join(build, "apps", "pipelines",
+                                                    f"hkfac_pipeline_{a}") + f":{a}"]
+            run(gen + app_specs + ["--schedules", str(args.app_schedules),
+                                   "--first-schedule", str(r * args.app_schedules)], logfile,
+                (0, 1))
+        made = len(samples_under(samples)) - before
+        gen_s = time.time() - t0
+        log(f"round {r}: {made} new samples in {gen_s:.0f} s "
+            f"({made / max(gen_s, 1e-9) * 60:.1f} per minute)")
+
+        train_log = os.path.join(rdir, "training")
+        if not os.path.exists(os.path.join(train_log, "records.md")):
+            run([sys.executable, os.path.join(HERE, "train_weights.py"), "--samples", samples,
+                 "--build", build, "--out", rdir, "--epochs", str(args.epochs),
+                 "--log-dir", train_log, "--"] + args.extra, logfile)
+        app_acc, app_pairs = pooled_accuracy(
+            [os.path.join(train_log, f"{a}.csv") for a in apps
+             if os.path.exists(os.path.join(train_log, f"{a}.csv"))])
+        split_csv = os.path.join(train_log, "pipelines_split.csv")
+        if not os.path.exists(split_csv):
+            run([os.path.join(build, "apps/tools/retrain_cost_model"), f"--epochs={args.epochs}",
+                 "--randomize_weights", "--seed=1", "--validation=pipelines",
+                 f"--samples={os.path.join(train_log, 'samples.txt')}", f"--csv={split_csv}",
+                 f"--weights_out={os.path.join(train_log, 'pipelines_split.weights')}"]
+                + args.extra, logfile)
+        split_acc, split_pairs = pooled_accuracy([split_csv])
+
+        record = {"round": r, "search_weights": prev or "random", "random_seeds": seeds,
+                  "new_samples": made, "samples": len(samples_under(samples)),
+                  "generate_s": round(gen_s), "heldout_app_accuracy": app_acc,
+                  "heldout_app_pairs": app_pairs, "heldout_pipelines_accuracy": split_acc,
+                  "heldout_pipelines_pairs": split_pairs, "weights": rdir}
+        if args.bench:
+            bed_json = os.path.join(rdir, "bed.json")
+            if not os.path.exists(bed_json):
+                run([sys.executable, os.path.join(HERE, "..", "bench", "schedules",
+                                                  "bench_schedules.py"),
+                     "--build-dir", build, "--scheduler", f"Hkfac={plugin}",
+                     "--holdout-weights", rdir, "--hkfac-beam", str(args.bench_beam),
+                     "--rounds", "3", "--min-time", "0.05", "--json", bed_json,
+                     "--work-dir", os.path.join(rdir, "bed"),
+                     "--output", os.path.join(rdir, "bed.md")], logfile)
+            record["bench"] = bench_summary(bed_json)
+        state["rounds"].append(record)
+        with open(state_path + ".tmp", "w") as f:
+            json.dump(state, f, indent=1)
+        os.replace(state_path + ".tmp", state_path)
+
+        line = (f"| {r} | {record['search_weights'] if r == 0 else f'round {r - 1}'} | "
+                f"{made} | {record['samples']} | {fmt(app_acc)} ({app_pairs}) | "
+                f"{fmt(split_acc)} ({split_pairs}) | "
+                + (fmt(record['bench']['geomean_to_best']) if record.get('bench') else "-")
+                + " |")
+        md = os.path.join(work, "loop.md")
+        if not os.path.exists(md):
+            with open(md, "w") as f:
+                f.write("| round | searched with | new samples | samples | held-out app accuracy "
+                        "(pairs) | held-out pipelines accuracy (pairs) | bench geomean to the "
+                        "per-app best |\n|---:|---|---:|---:|---:|---:|---:|\n")
+        with open(md, "a") as f:
+            f.write(line + "\n")
+        log(f"round {r} done: {line}")
+    log(f"{len(state['rounds'])} rounds done; {state_path}")
+
+
+if __name__ == "__main__":
+    try:
+        main()
+    except KeyboardInterrupt:
+        sys.exit("learning_loop: stopped; run the same command again to resume")
