@@ -37,30 +37,38 @@ std::vector<StatePtr> run_pass(const PipelineAnalysis &dag, CostModel &model,
     const size_t width = out_of_time ? 1 : static_cast<size_t>(params.beam_size);
     if (beam.size() > width)
       beam.resize(width);
-    std::vector<std::shared_ptr<State>> children;
-    for (const StatePtr &s : beam) {
-      LoopNestModel parent(dag, *s);
-      const auto &allowed = pass.allowed.empty() ? kAnything : pass.allowed[id];
-      std::vector<FuncChoice> options =
-          func_choices(dag, *s, parent, id, params, pass.coarse, allowed);
-      if (options.empty() && !allowed.empty())
-        options = func_choices(dag, *s, parent, id, params, pass.coarse, kAnything);
-      for (FuncChoice &c : options) {
-        auto child = std::make_shared<State>(*s);
-        child->choices[id] = std::move(c);
-        child->decided = n - id;
-        children.push_back(std::move(child));
+    // The children of every beam state, scored; a later pass tries only the placements its
+    // predecessor ranked best, and where none of them is legal in this state it tries all.
+    const auto &allowed = pass.allowed.empty() ? kAnything : pass.allowed[id];
+    auto expand = [&](const std::set<PlacementKey> &keys) {
+      std::vector<std::shared_ptr<State>> children;
+      for (const StatePtr &s : beam) {
+        LoopNestModel parent(dag, *s);
+        std::vector<FuncChoice> options =
+            func_choices(dag, *s, parent, id, params, pass.coarse, keys);
+        if (options.empty() && !keys.empty())
+          options = func_choices(dag, *s, parent, id, params, pass.coarse, kAnything);
+        for (FuncChoice &c : options) {
+          auto child = std::make_shared<State>(*s);
+          child->choices[id] = std::move(c);
+          child->decided = n - id;
+          children.push_back(std::move(child));
+        }
       }
-    }
-    plugin_check(!children.empty()) << "Hkfac: no legal decision for " << dag.funcs[id].name;
-    std::vector<State *> raw;
-    for (auto &c : children)
-      raw.push_back(c.get());
-    model.evaluate(raw);
-    std::stable_sort(children.begin(), children.end(),
-                     [](const auto &a, const auto &b) { return a->cost < b->cost; });
-    while (children.size() > 1 && !std::isfinite(children.back()->cost))
-      children.pop_back();
+      plugin_check(!children.empty()) << "Hkfac: no legal decision for " << dag.funcs[id].name;
+      std::vector<State *> raw;
+      for (auto &c : children)
+        raw.push_back(c.get());
+      model.evaluate(raw);
+      std::stable_sort(children.begin(), children.end(),
+                       [](const auto &a, const auto &b) { return a->cost < b->cost; });
+      while (children.size() > 1 && !std::isfinite(children.back()->cost))
+        children.pop_back();
+      return children;
+    };
+    std::vector<std::shared_ptr<State>> children = expand(allowed);
+    if (!std::isfinite(children.front()->cost) && !allowed.empty())
+      children = expand(kAnything);
     plugin_check(std::isfinite(children.front()->cost))
         << "Hkfac: every decision for " << dag.funcs[id].name << " is illegal";
     beam.clear();

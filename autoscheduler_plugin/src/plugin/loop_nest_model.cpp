@@ -195,6 +195,19 @@ void LoopNestModel::model_func(int id) {
   if (c.placement == Placement::At &&
       m.points_total > kMaxAtRecompute * std::max(1.0, box_points(f.root_region)))
     legal_ = false;
+  // Nor are updates redone whole per tile: an RDom that does not shrink with the region (a scan
+  // down a column, an IIR filter) runs in full in every realization.
+  if (c.placement == Placement::At) {
+    for (const StageNode &s : f.stages) {
+      if (s.index == 0)
+        continue;
+      double points = m.realizations;
+      for (const LoopDim &l : s.loops)
+        points *= l.is_rvar ? std::max(1.0, l.rextent) : std::max(1.0, m.region[l.pure_arg].extent());
+      if (points > kMaxAtRecompute * std::max(1.0, s.points_minimum))
+        legal_ = false;
+    }
+  }
 }
 
 } // namespace hkfac::sched
