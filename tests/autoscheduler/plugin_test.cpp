@@ -98,6 +98,13 @@ void expect_equal(const Buffer<float> &a, const Buffer<float> &b) {
       ASSERT_NEAR(a(i, j), b(i, j), 1e-5f * (1 + std::fabs(b(i, j)))) << i << "," << j;
 }
 
+// A stage's algorithm features (algorithm_features.h): the op histogram's count of op `kind` at
+// `type`, and the count of access `pattern` of access `kind` at `type`.
+float op(const float *algo, int kind, int type) { return algo[7 + kind * 7 + type]; }
+float access(const float *algo, int pattern, int kind, int type) {
+  return algo[7 + (24 + pattern * 4 + kind) * 7 + type];
+}
+
 std::vector<float> floats(const std::vector<uint8_t> &bytes) {
   std::vector<float> f(bytes.size() / 4);
   std::memcpy(f.data(), bytes.data(), f.size() * 4);
@@ -348,10 +355,6 @@ TEST_F(HkfacPlugin, FeaturizationOfATinyPipelineIsCountable) {
       ASSERT_TRUE(std::isfinite(e) && e >= 0);
     const float *ia = v.data() + kS;
     const float *fs = v.data() + kS + kAlgo, *fa = fs + kS, *gs = fa + kAlgo, *ga = gs + kS;
-    auto op = [](const float *a, int kind, int type) { return a[7 + kind * 7 + type]; };
-    auto access = [](const float *a, int pattern, int kind, int type) {
-      return a[7 + (24 + pattern * 4 + kind) * 7 + type];
-    };
     enum { kConst = 0, kVariable = 2, kAdd = 4, kMul = 7, kImage = 19, kFunc = 20 };
     enum { kInt32 = 3, kFloat = 5 };
     // in_im: in(x, y), a pointwise load of the buffer and a pointwise store.
@@ -414,10 +417,6 @@ TEST_F(HkfacPlugin, FeaturizationOfATinyReductionIsCountable) {
     const float *ts = v.data() + (kS + kAlgo), *ta = ts + kS;
     const float *s0s = ta + kAlgo, *s0a = s0s + kS;
     const float *s1s = s0a + kAlgo, *s1a = s1s + kS;
-    auto op = [](const float *a, int kind, int type) { return a[7 + kind * 7 + type]; };
-    auto access = [](const float *a, int pattern, int kind, int type) {
-      return a[7 + (24 + pattern * 4 + kind) * 7 + type];
-    };
     enum { kConst = 0, kVariable = 2, kAdd = 4, kFunc = 20, kSelf = 21 };
     enum { kPointwise = 0, kTranspose = 1, kSlice = 3 };
     enum { kLoadFunc = 0, kLoadSelf = 1, kStore = 3 };

@@ -73,6 +73,16 @@ OptimizerOptions basic_options() {
   return o;
 }
 
+// Levenberg–Marquardt every step, from 1e-2, halving or doubling the damping each time.
+OptimizerOptions adapted_damping_options() {
+  OptimizerOptions o = basic_options();
+  o.use_adaptive_damping = true;
+  o.initial_damping = 1e-2;
+  o.damping_adaptation_interval = 1;
+  o.damping_adaptation_decay = 0.5;
+  return o;
+}
+
 StepValues values(double lr, double momentum, double damping) {
   StepValues v;
   v.learning_rate = lr;
@@ -529,11 +539,7 @@ TEST(kfacOptimizer, DampingIsClampedToItsBounds) {
   // rho < 0.25 and it doubles, up to max_damping.
   for (double lr : {0.01, 50.0}) {
     Regression r(8, 64);
-    OptimizerOptions o = basic_options();
-    o.use_adaptive_damping = true;
-    o.initial_damping = 1e-2;
-    o.damping_adaptation_interval = 1;
-    o.damping_adaptation_decay = 0.5;
+    OptimizerOptions o = adapted_damping_options();
     o.min_damping = 3e-3;
     o.max_damping = 3e-2;
     Optimizer opt(r.model, Regression::value, o);
@@ -757,11 +763,7 @@ TEST(kfacOptimizer, SerialKernelsGiveTheSameStepsAsThePool) {
 TEST(kfacOptimizer, LevenbergMarquardtMovesDampingWithRho) {
   for (double lr : {0.01, 50.0}) {
     Regression r(8, 64);
-    OptimizerOptions o = basic_options();
-    o.use_adaptive_damping = true;
-    o.initial_damping = 1e-2;
-    o.damping_adaptation_interval = 1;
-    o.damping_adaptation_decay = 0.5;
+    OptimizerOptions o = adapted_damping_options();
     Optimizer opt(r.model, Regression::value, o);
     StepValues v;
     v.learning_rate = lr;
