@@ -8,6 +8,7 @@
 #include <cstring>
 #include <fstream>
 #include <regex>
+#include <set>
 #include <string>
 #include <vector>
 
@@ -173,6 +174,72 @@ TEST_F(HkfacPlugin, RowBlockedReductionComputesThePlainProduct) {
   EXPECT_TRUE(found) << "no random model of 40 blocked the product's rows";
 }
 
+// A chain of 3 x 3 box filters over a clamped input: too many calls to inline it all, so the
+// search computes its stages at one another's loops.
+struct StencilChain {
+  ImageParam in{Float(32), 2, "in"};
+  Func out{"out"};
+  Var x{"x"}, y{"y"};
+  explicit StencilChain(int w, int h, int stages = 3) {
+    Func f = BoundaryConditions::repeat_edge(in);
+    for (int s = 0; s < stages; ++s) {
+      Func g("box" + std::to_string(s));
+      Expr sum = 0.0f;
+      for (int dy = -1; dy <= 1; ++dy)
+        for (int dx = -1; dx <= 1; ++dx)
+          sum += f(x + dx, y + dy) * (1.0f + 0.1f * (dx + 3 * dy + s));
+      g(x, y) = sum / 9;
+      f = g;
+    }
+    out(x, y) = f(x, y);
+    in.set_estimates({{0, w}, {0, h}});
+    out.set_estimates({{0, w}, {0, h}});
+  }
+};
+
+// Schedules whose producers are stored one tile loop further out than they are computed (Halide
+// slides them along that loop and folds their storage), and schedules that nest a producer in an
+// At Func's row loop: random models find both; each must compute what the plain schedule
+// computes, on a size no tile or vector divides.
+TEST_F(HkfacPlugin, SlidingWindowsAndNestsComputeWhatThePlainScheduleComputes) {
+  const int w = 389, h = 211;
+  Buffer<float> input(w, h);
+  for (int j = 0; j < h; ++j)
+    for (int i = 0; i < w; ++i)
+      input(i, j) = std::sin(0.1f * i + 0.37f * j);
+  StencilChain plain(w, h);
+  plain.in.set(input);
+  const Buffer<float> want = plain.out.realize({w, h}, kTarget);
+  const std::regex stored("\\.store_(at|root)\\(");
+  const std::regex nested("\\.compute_at\\([A-Za-z_0-9]+, (x|y|_1)\\)");
+  int slid = 0, nests = 0;
+  ScopedEnv b("HL_BEAM_SIZE", "2");
+  for (int seed = 1; seed <= 20 && (slid < 3 || nests < 3); ++seed) {
+    const std::string s = std::to_string(seed);
+    ScopedEnv rw("HL_RANDOMIZE_WEIGHTS", s.c_str());
+    // Only the placements under test (compute_root where none applies), since random models
+    // prefer compute_root: sliding windows, or nests in Funcs computed per tile.
+    ScopedEnv kinds("HKFAC_PLACEMENTS", seed % 2 ? "slide" : "tile,nest");
+    StencilChain p(w, h);
+    Pipeline pipe(p.out);
+    AutoSchedulerResults r = pipe.auto_schedule("Hkfac", kTarget, machine());
+    const bool is_slid = std::regex_search(r.schedule_source, stored);
+    const bool is_nested = std::regex_search(r.schedule_source, nested);
+    if (!is_slid && !is_nested)
+      continue;
+    slid += is_slid;
+    nests += is_nested;
+    p.in.set(input);
+    Buffer<float> got = pipe.realize({w, h}, kTarget);
+    SCOPED_TRACE(r.schedule_source);
+    expect_equal(got, want);
+  }
+  EXPECT_GE(slid, 3) << "random models of 20 stored a producer outside its compute loop " << slid
+                     << " times";
+  EXPECT_GE(nests, 3) << "random models of 20 nested a producer in an At Func " << nests
+                      << " times";
+}
+
 TEST_F(HkfacPlugin, SameSeedGivesSameSchedule) {
   ScopedEnv b("HL_BEAM_SIZE", "4");
   ScopedEnv d("HL_RANDOM_DROPOUT", "50");
@@ -188,6 +255,28 @@ TEST_F(HkfacPlugin, SameSeedGivesSameSchedule) {
     if (i == 0)
       first = source;
     EXPECT_EQ(source, first);
+  }
+}
+
+// HL_RANDOM_DROPOUT as Adams2019 means it: a greedy search under a low value takes other than
+// the best-ranked decision now and then, so seeds give different schedules; at 100 it never
+// drops one, and every seed gives the greedy schedule.
+TEST_F(HkfacPlugin, DropoutVariesGreedySchedules) {
+  const std::regex generated_name("lambda_[0-9]+");
+  for (const char *dropout : {"100", "1"}) {
+    ScopedEnv d("HL_RANDOM_DROPOUT", dropout);
+    std::set<std::string> schedules;
+    for (int seed = 1; seed <= 8; ++seed) {
+      const std::string s = std::to_string(seed);
+      ScopedEnv sd("HL_SEED", s.c_str());
+      StencilChain p(389, 211);
+      AutoSchedulerResults r = Pipeline(p.out).auto_schedule("Hkfac", kTarget, machine());
+      schedules.insert(std::regex_replace(r.schedule_source, generated_name, "lambda"));
+    }
+    if (std::string(dropout) == "100")
+      EXPECT_EQ(schedules.size(), 1u);
+    else
+      EXPECT_GE(schedules.size(), 4u) << "8 seeds at dropout 1 gave " << schedules.size();
   }
 }
 
@@ -251,7 +340,8 @@ TEST_F(HkfacPlugin, AdamsFeatureWeightsAreRefusedUnlessAllowed) {
 TEST_F(HkfacPlugin, BadParameterValuesNameTheVariable) {
   for (auto [name, value] : std::vector<std::pair<const char *, const char *>>{
            {"HL_BEAM_SIZE", "0"}, {"HL_BEAM_SIZE", "abc"}, {"HL_RANDOM_DROPOUT", "101"},
-           {"HKFAC_TIME_LIMIT_S", "-1"}, {"HL_SEED", "1x"}}) {
+           {"HKFAC_TIME_LIMIT_S", "-1"}, {"HL_SEED", "1x"}, {"HKFAC_PLACEMENTS", "root,slid"},
+           {"HKFAC_PLACEMENTS", "tile,,nest"}}) {
     ScopedEnv e(name, value);
     SmallPipeline p(64, 64);
     const std::string msg =

@@ -160,6 +160,20 @@ public:
     if (apply_)
       func_.compute_at(Func(site), Var(v));
   }
+  // Storage hoisted above the compute level: at `v` of `site`, or at root when `v` is empty.
+  void store_at(const Function &site, const std::string &site_name, const std::string &v) {
+    if (v.empty()) {
+      src_ << "    " << name_ << ".store_root();\n";
+      if (apply_)
+        func_.store_root();
+      return;
+    }
+    declare_var(v, false);
+    src_ << "    " << name_ << ".store_at(" << site_names_.at(site_name) << ", " << identifier(v)
+         << ");\n";
+    if (apply_)
+      func_.store_at(Func(site), Var(v));
+  }
 
 private:
   bool apply_;
@@ -172,6 +186,8 @@ private:
 
 // The loop a Root Func offers its producers at `level` (see LoopNestModel::has_site).
 std::string site_var(const FuncNode &f, const FuncChoice &c, const Box &region, SiteLevel level) {
+  if (c.placement == Placement::At) // an At Func's row loop
+    return f.func.args()[1];
   const std::vector<int> split = split_dims_outermost_first(c, region);
   const std::string fused = f.func.args()[split[0]] + "_par";
   const bool fused_several = c.parallel_dims > 1;
@@ -180,10 +196,23 @@ std::string site_var(const FuncNode &f, const FuncChoice &c, const Box &region, 
   return f.func.args()[split.back()] + "_o";
 }
 
+// The tile loop around a Root Func's innermost one (FuncChoice::store_outer); empty for root.
+std::string outer_var(const FuncNode &f, const FuncChoice &c, const Box &region) {
+  const std::vector<int> split = split_dims_outermost_first(c, region);
+  if (split.size() < 2)
+    return "";
+  if (static_cast<int>(split.size()) - 1 == c.parallel_dims)
+    return site_var(f, c, region, kPerTask);
+  return f.func.args()[split[split.size() - 2]] + "_o";
+}
+
 // Splits dimension 0's innermost loop by the vector width and vectorizes it.
+// A Func slid along a tile loop (store_outer) guards its tail: a shifted-in last vector would
+// recompute columns before the slid region from producers whose folded storage has moved on.
 void vectorize_pure(Writer &w, const FuncNode &f, const std::string &v, double extent,
-                    int width) {
-  w.split(0, v, false, v, v + "_v", width, pure_tail(f, extent, width));
+                    int width, bool slid = false) {
+  w.split(0, v, false, v, v + "_v", width,
+          slid ? TailStrategy::GuardWithIf : pure_tail(f, extent, width));
   w.loop_type(0, v + "_v", false, "vectorize");
 }
 
@@ -262,8 +291,11 @@ std::string apply_schedule(const PipelineAnalysis &dag, const State &state,
       w.compute_at(site.func, site.name,
                    site_var(site, state.choices[c.at_func], model.func(c.at_func).region,
                             c.at_level));
+      if (c.store_outer)
+        w.store_at(site.func, site.name,
+                   outer_var(site, state.choices[c.at_func], model.func(c.at_func).region));
       if (m.vector_width > 1)
-        vectorize_pure(w, f, f.func.args()[0], m.inner[0], m.vector_width);
+        vectorize_pure(w, f, f.func.args()[0], m.inner[0], m.vector_width, c.store_outer);
       schedule_updates(w, f, c, m);
       src << "\n";
       continue;

@@ -13,8 +13,9 @@ namespace hkfac::sched {
 // Applies `state` to the pipeline's Funcs (unless `apply` is false) and returns the same
 // directives as the body of Halide's apply_schedule_<name>(pipeline, target): Funcs fetched with
 // pipeline.get_func(i), Vars and RVars by name, one statement per Func. Pure definitions split
-// with ShiftInwards where the region holds a whole split and no input is read directly, all else
-// with GuardWithIf; neither widens a Func's region beyond what the algorithm reads.
+// with ShiftInwards where the region holds a whole split, no input is read directly and the Func
+// is not slid along a tile loop, all else with GuardWithIf; neither widens a Func's region beyond
+// what the algorithm reads.
 std::string apply_schedule(const PipelineAnalysis &dag, const State &state,
                            const std::vector<Halide::Internal::Function> &outputs, bool apply);
 

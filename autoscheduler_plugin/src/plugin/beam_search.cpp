@@ -40,14 +40,14 @@ std::vector<StatePtr> run_pass(const PipelineAnalysis &dag, CostModel &model,
     // The children of every beam state, scored; a later pass tries only the placements its
     // predecessor ranked best, and where none of them is legal in this state it tries all.
     const auto &allowed = pass.allowed.empty() ? kAnything : pass.allowed[id];
-    auto expand = [&](const std::set<PlacementKey> &keys) {
+    auto expand = [&](const std::set<PlacementKey> &keys, const Parameters &space) {
       std::vector<std::shared_ptr<State>> children;
       for (const StatePtr &s : beam) {
         LoopNestModel parent(dag, *s);
         std::vector<FuncChoice> options =
-            func_choices(dag, *s, parent, id, params, pass.coarse, keys);
+            func_choices(dag, *s, parent, id, space, pass.coarse, keys);
         if (options.empty() && !keys.empty())
-          options = func_choices(dag, *s, parent, id, params, pass.coarse, kAnything);
+          options = func_choices(dag, *s, parent, id, space, pass.coarse, kAnything);
         for (FuncChoice &c : options) {
           auto child = std::make_shared<State>(*s);
           child->choices[id] = std::move(c);
@@ -66,18 +66,31 @@ std::vector<StatePtr> run_pass(const PipelineAnalysis &dag, CostModel &model,
         children.pop_back();
       return children;
     };
-    std::vector<std::shared_ptr<State>> children = expand(allowed);
+    std::vector<std::shared_ptr<State>> children = expand(allowed, params);
     if (!std::isfinite(children.front()->cost) && !allowed.empty())
-      children = expand(kAnything);
+      children = expand(kAnything, params);
+    if (!std::isfinite(children.front()->cost) && !(params.placements & kPlaceRoot)) {
+      // HKFAC_PLACEMENTS left out compute_root, and nothing it allows is legal here.
+      Parameters with_root = params;
+      with_root.placements |= kPlaceRoot;
+      children = expand(kAnything, with_root);
+    }
     plugin_check(std::isfinite(children.front()->cost))
         << "Hkfac: every decision for " << dag.funcs[id].name << " is illegal";
+    // Dropout as Adams2019 means it: HL_RANDOM_DROPOUT is the percent chance that no candidate
+    // is dropped over the whole search, so each step keeps each candidate, the best included,
+    // with probability (p / 100)^(1 / Funcs); where all drop, the best stays. Greedy searches
+    // then take the second or third best now and then, which is what data generation needs.
     beam.clear();
-    std::uniform_int_distribution<int> percent(0, 99);
+    const double keep = std::pow(params.random_dropout / 100.0, 1.0 / std::max(1, n));
+    std::uniform_real_distribution<double> unit(0.0, 1.0);
     for (size_t i = 0; i < children.size() && beam.size() < width; ++i) {
-      if (i > 0 && percent(rng) >= params.random_dropout)
+      if (params.random_dropout < 100 && unit(rng) >= keep)
         continue;
       beam.push_back(children[i]);
     }
+    if (beam.empty())
+      beam.push_back(children.front());
   }
   return beam;
 }

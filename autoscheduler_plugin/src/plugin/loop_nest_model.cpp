@@ -46,7 +46,16 @@ LoopNestModel::LoopNestModel(const PipelineAnalysis &dag, const State &state)
 
 bool LoopNestModel::has_site(int consumer, SiteLevel level) const {
   const FuncChoice &c = state_.choices[consumer];
-  if (c.placement != Placement::Root || !funcs_[consumer].computed)
+  if (!funcs_[consumer].computed)
+    return false;
+  if (c.placement == Placement::At) {
+    // An At Func's row loop (its dimension 1 and above fixed), where it has rows and no update
+    // that would run outside that loop.
+    const FuncNode &f = dag_.funcs[consumer];
+    return level == kPerTile && f.dims >= 2 && f.stages.size() == 1 &&
+           funcs_[consumer].region[1].extent() > 1;
+  }
+  if (c.placement != Placement::Root)
     return false;
   const std::vector<int> split = split_dims_outermost_first(c, funcs_[consumer].region);
   if (split.empty())
@@ -56,10 +65,33 @@ bool LoopNestModel::has_site(int consumer, SiteLevel level) const {
   return true;
 }
 
+bool LoopNestModel::slides_at(int consumer) const {
+  const FuncChoice &c = state_.choices[consumer];
+  if (c.placement != Placement::Root || !funcs_[consumer].computed)
+    return false;
+  const std::vector<int> split = split_dims_outermost_first(c, funcs_[consumer].region);
+  return static_cast<int>(split.size()) > c.parallel_dims;
+}
+
+Box LoopNestModel::outer_box(int consumer) const {
+  const FuncChoice &c = state_.choices[consumer];
+  const FuncModel &m = funcs_[consumer];
+  Box b = m.region;
+  const std::vector<int> split = split_dims_outermost_first(c, m.region);
+  for (size_t i = 0; i + 1 < split.size(); ++i)
+    b[split[i]].max = b[split[i]].min + c.tile[split[i]] - 1;
+  return b;
+}
+
 Box LoopNestModel::site_box(int consumer, SiteLevel level) const {
   const FuncChoice &c = state_.choices[consumer];
   const FuncModel &m = funcs_[consumer];
   Box b = m.region;
+  if (c.placement == Placement::At) {
+    for (size_t d = 1; d < b.size(); ++d)
+      b[d].max = b[d].min;
+    return b;
+  }
   const std::vector<int> split = split_dims_outermost_first(c, m.region);
   // Inside one iteration of the site loop, the split dimensions at or outside it cover one
   // tile; the rest run whole.
@@ -72,7 +104,7 @@ Box LoopNestModel::site_box(int consumer, SiteLevel level) const {
 }
 
 bool LoopNestModel::need_at_site(int producer, int site_func, SiteLevel level, Box &need,
-                                 int depth) const {
+                                 int depth, bool outer) const {
   if (depth > 64)
     return false;
   const FuncNode &p = dag_.funcs[producer];
@@ -83,12 +115,14 @@ bool LoopNestModel::need_at_site(int producer, int site_func, SiteLevel level, B
     if (g == site_func) {
       if (gn.stages.size() > 1)
         return false; // an update of the site Func would run outside the site loop
-      gbox = site_box(site_func, level);
+      gbox = outer ? outer_box(site_func) : site_box(site_func, level);
+    } else if (outer && gc.placement == Placement::At && gc.at_func == site_func) {
+      gbox = funcs_[g].outer_region;
     } else if (gc.placement == Placement::At && gc.at_func == site_func &&
                gc.at_level == level) {
       gbox = funcs_[g].region;
     } else if (gc.placement == Placement::Inline) {
-      if (!need_at_site(g, site_func, level, gbox, depth + 1))
+      if (!need_at_site(g, site_func, level, gbox, depth + 1, outer))
         return false;
     } else {
       return false;
@@ -138,27 +172,45 @@ void LoopNestModel::model_func(int id) {
     return;
   }
   m.computed = true;
+  double storages = 1;
   if (c.placement == Placement::Root) {
     m.region = f.root_region;
     m.realizations = 1;
   } else {
     Box need;
     if (!has_site(c.at_func, c.at_level) ||
-        !need_at_site(id, c.at_func, c.at_level, need, 0)) {
+        !need_at_site(id, c.at_func, c.at_level, need, 0, false) ||
+        (c.store_outer && (c.at_level != kPerTile || !slides_at(c.at_func)))) {
       legal_ = false;
       return;
     }
     m.region = need;
+    m.outer_region = need;
+    if (c.at_level == kPerTile && state_.choices[c.at_func].placement == Placement::Root) {
+      Box outer;
+      if (need_at_site(id, c.at_func, c.at_level, outer, 0, true))
+        m.outer_region = outer;
+    }
     const FuncModel &site = funcs_[c.at_func];
     const FuncChoice &sc = state_.choices[c.at_func];
-    double iterations = 1;
+    double iterations = 1, outer_iterations = 1;
+    if (sc.placement == Placement::At) // one realization per row of the site's realization
+      for (size_t d = 1; d < site.region.size(); ++d)
+        iterations *= std::max(1.0, site.region[d].extent());
     const std::vector<int> split = split_dims_outermost_first(sc, site.region);
     const size_t count = c.at_level == kPerTask ? sc.parallel_dims : split.size();
-    for (size_t i = 0; i < count && i < split.size(); ++i)
-      iterations *= std::ceil(site.region[split[i]].extent() / sc.tile[split[i]]);
+    for (size_t i = 0; i < count && i < split.size(); ++i) {
+      const double e = std::ceil(site.region[split[i]].extent() / sc.tile[split[i]]);
+      iterations *= e;
+      if (i + 1 < split.size())
+        outer_iterations *= e;
+    }
     m.realizations = site.realizations * iterations;
+    storages = c.store_outer ? site.realizations * outer_iterations : m.realizations;
     m.outer_parallelism = site.outer_parallelism * site.tasks;
   }
+  m.storage = c.store_outer ? m.outer_region : m.region;
+  m.storages = storages;
   m.inner.resize(f.dims);
   m.split.assign(f.dims, false);
   for (int d = 0; d < f.dims; ++d)
@@ -178,11 +230,15 @@ void LoopNestModel::model_func(int id) {
   if (c.vectorize && f.dims > 0 && m.inner[0] >= f.vector_width)
     m.vector_width = f.vector_width;
   // Along each dimension: whole tiles, and whole vectors inside them, where splits shift inwards.
+  // Stored outer, the tiles of one iteration of the loop around them together compute its outer
+  // region once (the sliding window), counted per realization as the average.
   m.points_computed = 1;
   for (int d = 0; d < f.dims; ++d) {
-    const double e = std::max(1.0, m.region[d].extent());
+    const double e = std::max(1.0, m.storage[d].extent());
     double inner = m.inner[d], computed = e;
-    if (d == 0 && m.vector_width > 1 && shifts_inwards(f, inner, m.vector_width))
+    if (c.store_outer)
+      inner = e; // and its vectors are guarded (apply_schedule)
+    else if (d == 0 && m.vector_width > 1 && shifts_inwards(f, inner, m.vector_width))
       inner = std::ceil(inner / m.vector_width) * m.vector_width;
     if (m.split[d])
       computed = shifts_inwards(f, e, c.tile[d]) ? std::ceil(e / c.tile[d]) * inner : e;
@@ -190,7 +246,8 @@ void LoopNestModel::model_func(int id) {
       computed = inner;
     m.points_computed *= computed;
   }
-  m.points_total = m.points_computed * m.realizations;
+  m.points_total = m.points_computed * storages;
+  m.points_computed = m.points_total / std::max(1.0, m.realizations);
   // Tiles whose halos recompute most of the Func again are never worth it.
   if (c.placement == Placement::At &&
       m.points_total > kMaxAtRecompute * std::max(1.0, box_points(f.root_region)))

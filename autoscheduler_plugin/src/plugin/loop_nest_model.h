@@ -15,7 +15,8 @@ namespace hkfac::sched {
 struct FuncModel {
   bool computed = false;     // decided, and not inlined
   Box region;                // per realization
-  double realizations = 0;   // over the whole pipeline
+  double realizations = 0;   // computations over the whole pipeline
+  double storages = 0;       // allocations over the whole pipeline (fewer when stored outer)
   std::vector<double> inner; // the tile's extent per dimension (Root), else the region's
   std::vector<bool> split;   // dimensions with a tile loop
   double tiles = 1;          // tiles per realization (product of the tile loops' extents)
@@ -26,6 +27,9 @@ struct FuncModel {
   double inline_fanout = 0;  // Inline: copies of its expression per point of a computed Func
   double points_total = 0;   // pure stage points over all realizations
   double points_computed = 0; // pure stage points per realization, ShiftInwards overlaps counted
+  Box storage;               // the allocation: the region, or outer_region when stored outer
+  Box outer_region;          // At per tile: what one iteration of the loop around the tile loop
+                             // needs of it (a sliding window's whole extent)
 };
 
 class LoopNestModel {
@@ -36,13 +40,23 @@ public:
   bool legal() const { return legal_; }
   const FuncModel &func(int id) const { return funcs_[id]; }
 
-  // The box one iteration of `consumer`'s loop at `level` covers (a Root, tiled Func).
+  // The box one iteration of `consumer`'s loop at `level` covers (a tiled Root Func's tile or
+  // task, an At Func's row).
   Box site_box(int consumer, SiteLevel level) const;
   // Whether `consumer` has a loop at `level`.
   bool has_site(int consumer, SiteLevel level) const;
+  // Whether a producer computed per tile of `consumer` can be stored one loop further out, its
+  // innermost tile loop being serial (FuncChoice::store_outer).
+  bool slides_at(int consumer) const;
 
 private:
-  bool need_at_site(int producer, int site_func, SiteLevel level, Box &need, int depth) const;
+  // The box one iteration of the loop around `consumer`'s innermost tile loop covers.
+  Box outer_box(int consumer) const;
+  // The box of `producer` that one iteration of `site_func`'s loop at `level` needs; with
+  // `outer`, what one iteration of the loop around it needs (consumers At the site give their
+  // outer_region).
+  bool need_at_site(int producer, int site_func, SiteLevel level, Box &need, int depth,
+                    bool outer) const;
   void model_func(int id);
 
   const PipelineAnalysis &dag_;

@@ -5,6 +5,7 @@
 #include <cmath>
 #include <cstdlib>
 #include <iostream>
+#include <algorithm>
 #include <limits>
 
 namespace hkfac::sched {
@@ -75,6 +76,27 @@ Parameters Parameters::from(const Halide::MachineParams &mp) {
   if (const char *d = env("HKFAC_TOPK_DIR"))
     p.top_k_dir = d;
   p.threads = static_cast<int>(env_int("HKFAC_THREADS", 0, 0, 4096));
+  if (const char *v = env("HKFAC_PLACEMENTS")) {
+    p.placements = 0;
+    const std::string list = v;
+    size_t at = 0;
+    while (at <= list.size()) {
+      const size_t comma = std::min(list.find(',', at), list.size());
+      const std::string kind = list.substr(at, comma - at);
+      const unsigned bit = kind == "inline" ? kPlaceInline
+                           : kind == "tile"  ? kPlaceTile
+                           : kind == "task"  ? kPlaceTask
+                           : kind == "slide" ? kPlaceSlide
+                           : kind == "nest"  ? kPlaceNest
+                           : kind == "root"  ? kPlaceRoot
+                                             : 0u;
+      input_check(bit != 0)
+          << "Hkfac: HKFAC_PLACEMENTS=\"" << v << "\" names \"" << kind
+          << "\", which is not one of root, inline, tile, task, slide, nest\n";
+      p.placements |= bit;
+      at = comma + 1;
+    }
+  }
   if (const char *f = env("HKFAC_INJECT_FAILURE")) {
     p.inject_failure = f;
     input_check(p.inject_failure == "analysis" || p.inject_failure == "search" ||

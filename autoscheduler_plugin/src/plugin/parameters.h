@@ -9,6 +9,21 @@
 
 namespace hkfac::sched {
 
+// The kinds of placement the search may choose (HKFAC_PLACEMENTS, for ablations and tests):
+// inlining; compute_at a Root Func's tile loop, its parallel task loop, or its tile loop with
+// the storage one loop further out (a sliding window); compute_at an At Func's row loop (a
+// nest); compute_root. A Func none of the listed kinds can place is computed at root (outputs,
+// extern stages).
+enum PlacementKinds : unsigned {
+  kPlaceInline = 1,
+  kPlaceTile = 2,
+  kPlaceTask = 4,
+  kPlaceSlide = 8,
+  kPlaceNest = 16,
+  kPlaceRoot = 32,
+  kPlaceAll = 63,
+};
+
 // Everything that steers one autoscheduling run. Halide 14 passes no key/value parameters to a
 // plugin, so the search's knobs come from the environment (the names Adams2019 users know where
 // the meaning is the same); a bad value is a user error naming the variable.
@@ -22,7 +37,7 @@ struct Parameters {
 
   int beam_size = 32;          // HL_BEAM_SIZE; 1 = greedy
   int num_passes = 5;          // HL_NUM_PASSES; 1 when greedy
-  int random_dropout = 100;    // HL_RANDOM_DROPOUT: percent chance each state survives a step
+  int random_dropout = 100;    // HL_RANDOM_DROPOUT: percent chance no state is dropped (beam_search)
   uint64_t seed = 0;           // HL_SEED
   std::string weights_path;    // HL_WEIGHTS_DIR; empty: the embedded baseline
   bool randomize_weights = false; // HL_RANDOMIZE_WEIGHTS (1, or a seed)
@@ -33,6 +48,7 @@ struct Parameters {
   int top_k = 0;               // HKFAC_TOPK
   std::string top_k_dir = "."; // HKFAC_TOPK_DIR
   int threads = 0;             // HKFAC_THREADS; 0 = every core
+  unsigned placements = kPlaceAll; // HKFAC_PLACEMENTS: root,inline,tile,task,slide,nest
   std::string inject_failure;  // HKFAC_INJECT_FAILURE (tests): analysis|search|apply
 
   static Parameters from(const Halide::MachineParams &params);

@@ -48,7 +48,7 @@ void reads(const PipelineAnalysis &dag, const LoopNestModel &model, const StageN
     bytes += b;
     lines += l;
     if (a.producer >= 0 && model.func(a.producer).computed)
-      alloc_bytes += box_points(model.func(a.producer).region) * dag.funcs[a.producer].bytes_per_point;
+      alloc_bytes += box_points(model.func(a.producer).storage) * dag.funcs[a.producer].bytes_per_point;
   }
 }
 
@@ -65,12 +65,12 @@ void cpu_schedule_features(const PipelineAnalysis &dag, const State &state,
     const FuncModel &m = model.func(id);
     if (!m.computed)
       continue;
-    const double bytes = box_points(m.region) * dag.funcs[id].bytes_per_point;
+    const double bytes = box_points(m.storage) * dag.funcs[id].bytes_per_point;
     const FuncChoice &c = state.choices[id];
     if (c.placement == Placement::Root)
       root_bytes += bytes;
     else if (c.placement == Placement::At)
-      (c.at_level == kPerTile ? inside_tile : inside_task)[c.at_func] += bytes;
+      (c.at_level == kPerTile && !c.store_outer ? inside_tile : inside_task)[c.at_func] += bytes;
   }
   int row = 0;
   for (int id = 0; id < n; ++id) {
@@ -119,7 +119,7 @@ void cpu_schedule_features(const PipelineAnalysis &dag, const State &state,
 
       const double total = points * m.realizations;
       const double elem = f.elem_bytes;
-      const double bytes_region = box_points(m.region) * f.bytes_per_point;
+      const double bytes_region = box_points(m.storage) * f.bytes_per_point;
       double tile_points = 1;
       for (int d = 0; d < f.dims; ++d)
         tile_points *= m.inner[d];
@@ -127,10 +127,11 @@ void cpu_schedule_features(const PipelineAnalysis &dag, const State &state,
       const double bytes_root = box_points(f.root_region) * f.bytes_per_point;
       const double inner_extent0 = f.dims > 0 ? m.region[0].extent() : 1;
 
-      o[kCpuNumRealizations] = m.realizations;
+      // Realizations are allocations, productions computations: they differ when stored outer.
+      o[kCpuNumRealizations] = m.storages;
       o[kCpuNumProductions] = m.realizations * tiles;
-      o[kCpuPointsPerRealization] = points;
-      o[kCpuPointsPerProduction] = points / tiles;
+      o[kCpuPointsPerRealization] = total / std::max(1.0, m.storages);
+      o[kCpuPointsPerProduction] = total / std::max(1.0, m.realizations * tiles);
       o[kCpuPointsTotal] = total;
       o[kCpuPointsMinimum] = s.points_minimum;
       o[kCpuInnermostLoopExtent] = std::max(1.0, inner0 / vw);

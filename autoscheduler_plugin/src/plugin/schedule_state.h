@@ -9,21 +9,29 @@ namespace hkfac::sched {
 
 enum class Placement : uint8_t { Undecided, Inline, Root, At };
 
-// The level of a consumer's tile loops a producer is computed at.
+// The level of a consumer's loops a producer is computed at.
 enum SiteLevel : uint8_t {
-  kPerTile = 0, // the innermost tile loop: one realization per consumer tile
-  kPerTask = 1, // the parallel loop: one realization per parallel task (a strip of tiles)
+  kPerTile = 0, // a Root consumer's innermost tile loop (one realization per tile); an At
+                // consumer's row loop (one realization per row of its region, dimension 1)
+  kPerTask = 1, // a Root consumer's parallel loop: one realization per task (a strip of tiles)
 };
 
 // The decision for one Func. A Root Func is tiled: each dimension d splits into an outer loop
 // and an inner loop of `tile[d]` iterations (no split where tile[d] covers the region); the
 // `parallel_dims` outermost tile loops are fused into one parallel loop; the innermost storage
 // dimension is vectorized at the native width. An At Func is computed inside the tile loops of
-// the Root Func `at_func`, at `at_level`, and vectorized the same way. Inline Funcs have no loops.
+// the Root Func `at_func`, at `at_level`, or per row of the At Func `at_func` (a nest), and
+// vectorized the same way. Inline Funcs have no loops.
 struct FuncChoice {
   Placement placement = Placement::Undecided;
   int at_func = -1;
   SiteLevel at_level = kPerTile;
+  // An At Func computed per tile of a Root Func but stored one loop further out (store_at the
+  // tile loop around the tile loop it is computed in, or store_root where there is none): Halide
+  // then slides its computation along that one serial loop, so each tile computes only the part
+  // its predecessor did not (halos are not recomputed), and folds the storage. One loop only:
+  // Halide 14 slid along two and folded away rows the next outer iteration read again.
+  bool store_outer = false;
   std::vector<double> tile;
   int parallel_dims = 0;
   bool vectorize = true;
@@ -35,7 +43,7 @@ struct FuncChoice {
 
   bool operator==(const FuncChoice &o) const {
     return placement == o.placement && at_func == o.at_func && at_level == o.at_level &&
-           tile == o.tile && parallel_dims == o.parallel_dims && vectorize == o.vectorize &&
+           store_outer == o.store_outer && tile == o.tile && parallel_dims == o.parallel_dims && vectorize == o.vectorize &&
            unroll_rvars == o.unroll_rvars && update_rows == o.update_rows;
   }
 };
@@ -54,6 +62,7 @@ struct State {
       h = (h ^ static_cast<uint64_t>(c.placement)) * 1099511628211ull;
       h = (h ^ static_cast<uint64_t>(c.at_func + 1)) * 1099511628211ull;
       h = (h ^ static_cast<uint64_t>(c.at_level)) * 1099511628211ull;
+      h = (h ^ static_cast<uint64_t>(c.store_outer)) * 1099511628211ull;
     }
     return h;
   }

@@ -41,7 +41,7 @@ std::vector<double> factors(double extent, double base, bool coarse) {
 } // namespace
 
 PlacementKey placement_key(const FuncChoice &c) {
-  return {static_cast<int>(c.placement), c.at_func, static_cast<int>(c.at_level)};
+  return {static_cast<int>(c.placement), c.at_func, static_cast<int>(c.at_level), c.store_outer};
 }
 
 namespace {
@@ -112,31 +112,50 @@ std::vector<FuncChoice> unblocked_choices(const PipelineAnalysis &dag, const Sta
     out.push_back(c);
     return out;
   }
-  if (f.can_inline) {
+  if (f.can_inline && (params.placements & kPlaceInline)) {
     FuncChoice c;
     c.placement = Placement::Inline;
     if (keep(c))
       out.push_back(c);
   }
 
-  // compute_at: the one Root Func every computed consumer is, or is computed at.
+  // compute_at: a Func every computed consumer is, or is computed at: a Root Func's tile or task
+  // loop, or the row loop of an At Func (a nest inside its tile).
   std::vector<int> consumers;
   if (!f.must_be_root && computed_consumers(dag, state, id, consumers, 0) && !consumers.empty()) {
-    int site = -1, level = -1;
-    bool ok = true;
-    for (int g : consumers) {
+    std::vector<int> sites;
+    for (size_t i = 0; i < consumers.size(); ++i) {
+      const int g = consumers[i];
       const FuncChoice &c = state.choices[g];
-      const int s = c.placement == Placement::Root ? g : c.at_func;
-      if (site >= 0 && s != site)
-        ok = false;
-      site = s;
-      if (c.placement == Placement::At) {
-        if (level >= 0 && level != c.at_level)
-          ok = false;
-        level = c.at_level;
+      std::vector<int> mine;
+      if (c.placement == Placement::Root || model.has_site(g, kPerTile))
+        mine.push_back(g);
+      if (c.placement == Placement::At)
+        mine.push_back(c.at_func);
+      if (i == 0) {
+        sites = mine;
+      } else {
+        std::vector<int> both;
+        for (int s : sites)
+          if (std::find(mine.begin(), mine.end(), s) != mine.end())
+            both.push_back(s);
+        sites.swap(both);
       }
     }
-    if (ok && site >= 0 && state.choices[site].placement == Placement::Root) {
+    for (int site : sites) {
+      // The level every consumer computed at the site shares (the model checks it too).
+      int level = -1;
+      bool ok = true;
+      for (int g : consumers) {
+        const FuncChoice &c = state.choices[g];
+        if (c.placement == Placement::At && c.at_func == site) {
+          ok = ok && (level < 0 || level == c.at_level);
+          level = c.at_level;
+        }
+      }
+      if (!ok)
+        continue;
+      const bool root_site = state.choices[site].placement == Placement::Root;
       for (SiteLevel l : {kPerTile, kPerTask}) {
         if ((level >= 0 && l != level) || !model.has_site(site, l))
           continue;
@@ -145,16 +164,21 @@ std::vector<FuncChoice> unblocked_choices(const PipelineAnalysis &dag, const Sta
         c.at_func = site;
         c.at_level = l;
         c.unroll_rvars = unroll;
-        if (keep(c))
+        const unsigned kind = !root_site ? kPlaceNest : l == kPerTask ? kPlaceTask : kPlaceTile;
+        if ((params.placements & kind) && keep(c))
+          out.push_back(c);
+        c.store_outer = true;
+        if ((params.placements & kPlaceSlide) && root_site && l == kPerTile &&
+            model.slides_at(site) && f.stages.size() == 1 && keep(c))
           out.push_back(c);
       }
     }
   }
 
-  // compute_root with tilings.
+  // compute_root with tilings (also where HKFAC_PLACEMENTS leaves nothing else).
   FuncChoice root;
   root.placement = Placement::Root;
-  if (!keep(root))
+  if (!keep(root) || (!(params.placements & kPlaceRoot) && !out.empty()))
     return out;
   const Box &r = f.root_region;
   std::vector<std::vector<double>> per_dim(f.dims);

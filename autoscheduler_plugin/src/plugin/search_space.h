@@ -13,7 +13,7 @@
 namespace hkfac::sched {
 
 // A placement without its tiling, as the coarse-to-fine passes compare them.
-using PlacementKey = std::tuple<int, int, int>; // placement, at_func, at_level
+using PlacementKey = std::tuple<int, int, int, bool>; // placement, at_func, at_level, store_outer
 PlacementKey placement_key(const FuncChoice &c);
 
 // The candidate decisions for Func `id` in `state` (whose Funcs after `id` are decided; `model`
@@ -26,7 +26,8 @@ PlacementKey placement_key(const FuncChoice &c);
 //    is larger than one core's share of the last-level cache are dropped while a smaller one
 //    exists;
 //  - compute_at a loop (per tile or per parallel task) of the Root Func that all its consumers
-//    are computed in.
+//    are computed in; per tile also with the storage hoisted to the task loop (store_outer,
+//    a sliding window), where a serial tile loop lies between and the Func has no update.
 // `allowed`, when not empty, keeps only those placements (later passes).
 std::vector<FuncChoice> func_choices(const PipelineAnalysis &dag, const State &state,
                                      const LoopNestModel &model, int id, const Parameters &params,
