@@ -76,15 +76,22 @@ def search_env(args, pipeline, k):
     the rest are greedy with dropout."""
     env = dict(os.environ)
     env["HL_SEED"] = str((pipeline.id * 7919 + k) & 0x7FFFFFFF)
+    dropouts = [int(v) for v in args.dropout.split(",")]
     if k - args.first_schedule < args.full_beam:
         env["HL_BEAM_SIZE"] = str(args.beam_size)
         env["HL_RANDOM_DROPOUT"] = "100"
     else:
-        dropouts = [int(v) for v in args.dropout.split(",")]
         env["HL_BEAM_SIZE"] = "1"
         env["HL_RANDOM_DROPOUT"] = str(dropouts[k % len(dropouts)])
     if args.weights:
         env["HL_WEIGHTS_DIR"] = args.weights
+    if k - args.first_schedule >= args.full_beam and args.placements:
+        # Hkfac: random cost models mostly prefer compute_root, so some greedy runs are held to
+        # the other placements, or the data would hardly show the model a sliding window or nest.
+        kinds = args.placements.split(";")
+        kind = kinds[(k // len(dropouts)) % len(kinds)]
+        if kind != "all":
+            env["HKFAC_PLACEMENTS"] = kind
     if args.randomize_weights and k - args.first_schedule >= args.full_beam:
         # A different random cost model per schedule: the first data for a new featurization,
         # before any trained weights exist (Hkfac only).
@@ -113,8 +120,8 @@ def compile_schedule(args, target, rungen_objs, pipeline, k, d):
            f"machine_params={args.machine_params}"] + pipeline.params
     cmd[cmd.index(f"target={target}")] = f"target={target}-no_runtime"
     with open(os.path.join(d, "search.txt"), "w") as f:
-        f.write(" ".join(f"{v}={env[v]}" for v in ("HL_SEED", "HL_BEAM_SIZE",
-                                                     "HL_RANDOM_DROPOUT")) + "\n")
+        f.write(" ".join(f"{v}={env[v]}" for v in ("HL_SEED", "HL_BEAM_SIZE", "HL_RANDOM_DROPOUT",
+                                                     "HKFAC_PLACEMENTS") if v in env) + "\n")
         f.write(" ".join(cmd) + "\n")
     start = time.monotonic()
     try:
@@ -278,6 +285,9 @@ def main():
     p.add_argument("--beam-size", type=int, default=32, help="HL_BEAM_SIZE of full-beam runs")
     p.add_argument("--dropout", default="1,5,25",
                    help="HL_RANDOM_DROPOUT values cycled over the greedy runs")
+    p.add_argument("--placements",
+                   help="Hkfac: HKFAC_PLACEMENTS values separated by ';' ('all': every kind), "
+                        "cycled over the greedy runs, e.g. 'all;inline,tile,task,slide,nest'")
     p.add_argument("--target", help="Halide target (default: host without AVX512-FP16)")
     p.add_argument("--machine-params", default="2,16777216,40")
     p.add_argument("--jobs", type=int, default=os.cpu_count() or 1, help="parallel compiles")

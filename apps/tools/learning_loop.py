@@ -106,6 +106,8 @@ def main():
     p.add_argument("--apps", default="", help="comma-separated apps (default: all built)")
     p.add_argument("--initial-weights", help="weights for the first round's search "
                    "(default: a random cost model per schedule)")
+    p.add_argument("--placements", default="all;inline,tile,task,slide,nest",
+                   help="generate_data.py --placements for the greedy searches ('' for none)")
     p.add_argument("--epochs", type=int, default=40)
     p.add_argument("--jobs", type=int, default=os.cpu_count() or 1)
     p.add_argument("--bench", action="store_true",
@@ -151,6 +153,8 @@ def main():
         # dropout. Without: greedy searches, each under its own random model.
         gen += ["--weights", prev, "--full-beam", "1"] if prev else [
             "--randomize-weights", "--full-beam", "0"]
+        if args.placements:
+            gen += ["--placements", args.placements]
         # generate_data exits 1 when some schedules failed; they are marked and skipped.
         run(gen + ["--random", seeds, "--stages", args.stages, "--schedules", str(args.schedules)],
             logfile, (0, 1))

@@ -16,7 +16,7 @@ namespace {
 
 using Halide::Runtime::Buffer;
 
-constexpr int kWidth = 128, kHeight = 96, kChannels = 3;
+constexpr int kWidth = RP_WIDTH, kHeight = RP_HEIGHT, kChannels = 3;
 
 // Scheduler bugs found by these seeds (see docs/data.md). A listed variant that fails is skipped
 // with its reason; one that starts passing fails, so the list cannot go stale.
