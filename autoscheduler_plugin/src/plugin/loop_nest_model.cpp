@@ -50,9 +50,10 @@ bool LoopNestModel::has_site(int consumer, SiteLevel level) const {
     return false;
   if (c.placement == Placement::At) {
     // An At Func's row loop (its dimension 1 and above fixed), where it has rows and no update
-    // that would run outside that loop.
+    // that would run outside that loop, and is not slid: Halide 14 warms a slid Func up before
+    // the tile loop's start, and what was nested in it then read an input out of bounds.
     const FuncNode &f = dag_.funcs[consumer];
-    return level == kPerTile && f.dims >= 2 && f.stages.size() == 1 &&
+    return level == kPerTile && f.dims >= 2 && f.stages.size() == 1 && !c.store_outer &&
            funcs_[consumer].region[1].extent() > 1;
   }
   if (c.placement != Placement::Root)
