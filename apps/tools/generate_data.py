@@ -89,9 +89,7 @@ def search_env(args, pipeline, k):
         # Hkfac: random cost models mostly prefer compute_root, so some greedy runs are held to
         # the other placements, or the data would hardly show the model a sliding window or nest.
         kinds = args.placements.split(";")
-        kind = kinds[(k // len(dropouts)) % len(kinds)]
-        if kind != "all":
-            env["HKFAC_PLACEMENTS"] = kind
+        env["HKFAC_PLACEMENTS"] = kinds[(k // len(dropouts)) % len(kinds)]
     if args.randomize_weights and k - args.first_schedule >= args.full_beam:
         # A different random cost model per schedule: the first data for a new featurization,
         # before any trained weights exist (Hkfac only).
