@@ -1,11 +1,11 @@
 // Reading and validating the plugin's parameters (see parameters.h).
 #include "parameters.h"
 
+#include <algorithm>
 #include <cerrno>
 #include <cmath>
 #include <cstdlib>
 #include <iostream>
-#include <algorithm>
 #include <limits>
 
 namespace hkfac::sched {
