@@ -3,6 +3,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstdint>
 
 namespace hkfac::sched {
 
@@ -74,34 +75,33 @@ bool LoopNestModel::slides_at(int consumer) const {
   return static_cast<int>(split.size()) > c.parallel_dims;
 }
 
-Box LoopNestModel::outer_box(int consumer) const {
+Box LoopNestModel::tiles_box(int consumer, size_t count) const {
   const FuncChoice &c = state_.choices[consumer];
   const FuncModel &m = funcs_[consumer];
   Box b = m.region;
   const std::vector<int> split = split_dims_outermost_first(c, m.region);
-  for (size_t i = 0; i + 1 < split.size(); ++i)
+  for (size_t i = 0; i < count && i < split.size(); ++i)
     b[split[i]].max = b[split[i]].min + c.tile[split[i]] - 1;
   return b;
 }
 
+Box LoopNestModel::outer_box(int consumer) const {
+  const FuncChoice &c = state_.choices[consumer];
+  const size_t loops = split_dims_outermost_first(c, funcs_[consumer].region).size();
+  return tiles_box(consumer, loops > 0 ? loops - 1 : 0);
+}
+
 Box LoopNestModel::site_box(int consumer, SiteLevel level) const {
   const FuncChoice &c = state_.choices[consumer];
-  const FuncModel &m = funcs_[consumer];
-  Box b = m.region;
   if (c.placement == Placement::At) {
+    Box b = funcs_[consumer].region;
     for (size_t d = 1; d < b.size(); ++d)
       b[d].max = b[d].min;
     return b;
   }
-  const std::vector<int> split = split_dims_outermost_first(c, m.region);
   // Inside one iteration of the site loop, the split dimensions at or outside it cover one
   // tile; the rest run whole.
-  const size_t fixed = level == kPerTask ? static_cast<size_t>(c.parallel_dims) : split.size();
-  for (size_t i = 0; i < fixed && i < split.size(); ++i) {
-    const int d = split[i];
-    b[d].max = b[d].min + c.tile[d] - 1;
-  }
-  return b;
+  return tiles_box(consumer, level == kPerTask ? static_cast<size_t>(c.parallel_dims) : SIZE_MAX);
 }
 
 bool LoopNestModel::need_at_site(int producer, int site_func, SiteLevel level, Box &need,

@@ -50,6 +50,8 @@ public:
   bool slides_at(int consumer) const;
 
 private:
+  // `consumer`'s region with its `count` outermost tile loops at one tile (the rest run whole).
+  Box tiles_box(int consumer, size_t count) const;
   // The box one iteration of the loop around `consumer`'s innermost tile loop covers.
   Box outer_box(int consumer) const;
   // The box of `producer` that one iteration of `site_func`'s loop at `level` needs; with
