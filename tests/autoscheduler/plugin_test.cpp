@@ -7,6 +7,7 @@
 #include <cstdlib>
 #include <cstring>
 #include <fstream>
+#include <functional>
 #include <regex>
 #include <set>
 #include <string>
@@ -238,6 +239,136 @@ TEST_F(HkfacPlugin, SlidingWindowsAndNestsComputeWhatThePlainScheduleComputes) {
                      << " times";
   EXPECT_GE(nests, 3) << "random models of 20 nested a producer in an At Func " << nests
                       << " times";
+}
+
+// Three reductions whose updates the search may reorder (the RVars outside a tile's pure
+// loops) or split (the outermost RVar's outer half outside them): a matrix product, a scan down
+// columns (each row reads the one before) and a convolution over a 3-D RDom. Sizes no tile,
+// vector or split divides; every such schedule a random model picks must compute what plain
+// loops compute, and random models of 12 must pick each kind at least once per reduction.
+struct Reduction {
+  std::string name;
+  std::function<Func(ImageParam &, ImageParam &)> define; // the output, estimates set
+  std::vector<int> a_size, b_size, out_size;
+  std::function<float(const Buffer<float> &, const Buffer<float> &, const std::vector<int> &)> want;
+};
+
+Buffer<float> filled(const std::vector<int> &size, float phase) {
+  Buffer<float> b(size);
+  b.for_each_element([&](const int *pos) {
+    float v = phase;
+    for (int d = 0; d < b.dimensions(); ++d)
+      v += (0.37f + 0.11f * d) * pos[d];
+    b(pos) = std::sin(v);
+  });
+  return b;
+}
+
+TEST_F(HkfacPlugin, ReorderedAndSplitReductionsComputeWhatPlainLoopsCompute) {
+  const int n = 45, m = 70, k = 157, w = 61, h = 83, cw = 37, ch = 29, co = 6, ci = 40;
+  std::vector<Reduction> cases;
+  cases.push_back({"product",
+                   [&](ImageParam &a, ImageParam &b) {
+                     Func prod("prod");
+                     Var x("x"), y("y");
+                     RDom r(0, k, "r");
+                     prod(x, y) = 0.0f;
+                     prod(x, y) += a(r, y) * b(x, r);
+                     prod.set_estimates({{0, m}, {0, n}});
+                     return prod;
+                   },
+                   {k, n}, {m, k}, {m, n},
+                   [&](const Buffer<float> &a, const Buffer<float> &b, const std::vector<int> &p) {
+                     float sum = 0;
+                     for (int t = 0; t < k; ++t)
+                       sum += a(t, p[1]) * b(p[0], t);
+                     return sum;
+                   }});
+  cases.push_back({"scan",
+                   [&](ImageParam &a, ImageParam &) {
+                     Func scan("scan");
+                     Var x("x"), y("y");
+                     RDom r(1, h - 1, "r");
+                     scan(x, y) = a(x, y);
+                     scan(x, r) = scan(x, r) + 0.5f * scan(x, r - 1);
+                     scan.set_estimates({{0, w}, {0, h}});
+                     return scan;
+                   },
+                   {w, h}, {1}, {w, h},
+                   [&](const Buffer<float> &a, const Buffer<float> &, const std::vector<int> &p) {
+                     float v = a(p[0], 0);
+                     for (int t = 1; t <= p[1]; ++t)
+                       v = a(p[0], t) + 0.5f * v;
+                     return v;
+                   }});
+  cases.push_back({"conv",
+                   [&](ImageParam &a, ImageParam &b) {
+                     Func conv("conv");
+                     Var x("x"), y("y"), c("c");
+                     RDom r(0, 3, 0, 3, 0, ci, "r");
+                     conv(x, y, c) = 0.0f;
+                     conv(x, y, c) += b(r.x, r.y, r.z, c) * a(x + r.x, y + r.y, r.z);
+                     conv.set_estimates({{0, cw}, {0, ch}, {0, co}});
+                     return conv;
+                   },
+                   {cw + 2, ch + 2, ci}, {3, 3, ci, co}, {cw, ch, co},
+                   [&](const Buffer<float> &a, const Buffer<float> &b, const std::vector<int> &p) {
+                     float sum = 0;
+                     for (int z = 0; z < ci; ++z)
+                       for (int j = 0; j < 3; ++j)
+                         for (int i = 0; i < 3; ++i)
+                           sum += b(i, j, z, p[2]) * a(p[0] + i, p[1] + j, z);
+                     return sum;
+                   }});
+  // Under kRVarsOuter a pure loop follows the lanes in the update's reorder; under kRVarSplit
+  // the update splits an RVar.
+  const std::regex reordered("\\.update\\(0\\)\\.reorder\\(x_v, (y_r, )?x(_i)?[,)]");
+  const std::regex split("\\.update\\(0\\)\\.split\\(r_[xyz], r_[xyz]_o, ");
+  for (const Reduction &rc : cases) {
+    SCOPED_TRACE(rc.name);
+    const Buffer<float> a = filled(rc.a_size, 0.2f), b = filled(rc.b_size, 1.3f);
+    int reorders = 0, splits = 0;
+    for (int seed = 1; seed <= 12 && (reorders < 1 || splits < 1); ++seed) {
+      const std::string s = std::to_string(seed);
+      ScopedEnv rw("HL_RANDOMIZE_WEIGHTS", s.c_str());
+      ScopedEnv kinds("HKFAC_PLACEMENTS", seed % 2 ? "root,reorder" : "root,rsplit");
+      ImageParam pa(Float(32), static_cast<int>(rc.a_size.size()), "a");
+      ImageParam pb(Float(32), static_cast<int>(rc.b_size.size()), "b");
+      Region ra, rb;
+      for (int e : rc.a_size)
+        ra.push_back(Range(0, e));
+      for (int e : rc.b_size)
+        rb.push_back(Range(0, e));
+      pa.set_estimates(ra);
+      pb.set_estimates(rb);
+      Func out = rc.define(pa, pb);
+      Pipeline pipe(out);
+      AutoSchedulerResults res = pipe.auto_schedule("Hkfac", kTarget, machine());
+      const bool is_reordered = std::regex_search(res.schedule_source, reordered);
+      const bool is_split = std::regex_search(res.schedule_source, split);
+      if (!is_reordered && !is_split)
+        continue;
+      reorders += is_reordered;
+      splits += is_split;
+      pa.set(a);
+      pb.set(b);
+      Buffer<float> got = pipe.realize(rc.out_size, kTarget);
+      SCOPED_TRACE(res.schedule_source);
+      bool ok = true;
+      got.for_each_element([&](const int *pos) {
+        if (!ok)
+          return;
+        const std::vector<int> p(pos, pos + got.dimensions());
+        const float want = rc.want(a, b, p);
+        if (std::fabs(got(pos) - want) > 1e-4f * (1 + std::fabs(want))) {
+          ok = false;
+          ADD_FAILURE() << "at " << p[0] << "," << p[1] << ": " << got(pos) << " != " << want;
+        }
+      });
+    }
+    EXPECT_GE(reorders, 1) << "no random model of 12 reordered the update";
+    EXPECT_GE(splits, 1) << "no random model of 12 split the update's RVar";
+  }
 }
 
 TEST_F(HkfacPlugin, SameSeedGivesSameSchedule) {

@@ -7,6 +7,7 @@
 #include <sstream>
 
 #include "loop_nest_model.h"
+#include "update_nest.h"
 
 namespace hkfac::sched {
 
@@ -217,50 +218,32 @@ void vectorize_pure(Writer &w, const FuncNode &f, const std::string &v, double e
 }
 
 void schedule_updates(Writer &w, const FuncNode &f, const FuncChoice &c, const FuncModel &m) {
-  for (size_t s = 1; s < f.stages.size(); ++s) {
-    const StageNode &st = f.stages[s];
-    std::vector<std::pair<std::string, bool>> order;
-    for (const LoopDim &l : st.loops)
-      order.push_back({l.var, l.is_rvar});
-    const std::string x = f.func.args()[0];
-    const bool blocked = blocks_rows(f, st, m, c.update_rows);
-    const std::string y = blocked ? f.func.args()[1] : std::string();
-    bool vectorized = false, scheduled = false;
-    if (c.vectorize && f.dims > 0 && st.pure_arg_is_loop[0] && m.vector_width > 1 &&
-        m.region[0].extent() >= m.vector_width) {
-      w.split(static_cast<int>(s), x, false, x, x + "_v", m.vector_width,
-              TailStrategy::GuardWithIf);
-      order.insert(order.begin(), {x + "_v", false});
-      if (blocked) {
-        // x_v, y_i innermost, the RVars around them, y_o where y was.
-        w.split(static_cast<int>(s), y, false, y + "_o", y + "_i", c.update_rows,
-                TailStrategy::GuardWithIf);
-        for (auto &o : order)
-          if (o.first == y)
-            o.first = y + "_o";
-        order.insert(order.begin() + 1, {y + "_i", false});
-      }
-      w.reorder(static_cast<int>(s), order);
-      w.loop_type(static_cast<int>(s), x + "_v", false, "vectorize");
-      if (blocked)
-        w.loop_type(static_cast<int>(s), y + "_i", false, "unroll");
-      vectorized = scheduled = true;
+  for (size_t i = 1; i < f.stages.size(); ++i) {
+    const int s = static_cast<int>(i);
+    const UpdateNest n = update_nest(f, f.stages[i], c, m);
+    for (const UpdateSplit &sp : n.splits)
+      w.split(s, sp.old, sp.rvar, sp.outer, sp.inner, sp.factor, TailStrategy::GuardWithIf);
+    if (n.reordered) {
+      std::vector<std::pair<std::string, bool>> order;
+      for (const UpdateLoop &l : n.loops)
+        order.push_back({l.var, l.rvar});
+      w.reorder(s, order);
     }
-    const LoopDim &outer = st.loops.back();
-    if (c.placement == Placement::Root && !outer.is_rvar && st.pure_arg_is_loop[outer.pure_arg] &&
-        m.region[outer.pure_arg].extent() >= 2 && c.parallel_dims > 0 &&
-        !(vectorized && outer.pure_arg == 0)) {
-      w.loop_type(static_cast<int>(s), blocked && outer.var == y ? y + "_o" : outer.var, false,
-                  "parallel");
-      scheduled = true;
-    }
-    if (!blocked && c.unroll_rvars && st.loops[0].is_rvar && st.loops[0].constant_extent &&
-        st.loops[0].rextent <= 8) {
-      w.loop_type(static_cast<int>(s), st.loops[0].var, true, "unroll");
-      scheduled = true;
-    }
-    if (!scheduled)
-      w.unscheduled(static_cast<int>(s));
+    // Vector lanes, unrolled rows, the parallel loop, unrolled RVars: the order the calls read.
+    bool scheduled = false;
+    auto mark = [&](UpdateLoop::Kind kind, bool rvar, const char *what) {
+      for (const UpdateLoop &l : n.loops)
+        if (l.kind == kind && l.rvar == rvar) {
+          w.loop_type(s, l.var, l.rvar, what);
+          scheduled = true;
+        }
+    };
+    mark(UpdateLoop::kVectorized, false, "vectorize");
+    mark(UpdateLoop::kUnrolled, false, "unroll");
+    mark(UpdateLoop::kParallel, false, "parallel");
+    mark(UpdateLoop::kUnrolled, true, "unroll");
+    if (!scheduled && !n.reordered && n.splits.empty())
+      w.unscheduled(s);
   }
 }
 

@@ -19,17 +19,6 @@ bool shifts_inwards(const FuncNode &f, double extent, double factor) {
   return !f.reads_input && extent >= factor;
 }
 
-bool blocks_rows(const FuncNode &f, const StageNode &s, const FuncModel &m, int rows) {
-  if (rows <= 1 || s.index == 0 || f.dims < 2 || !s.pure_arg_is_loop[0] ||
-      !s.pure_arg_is_loop[1] || m.vector_width <= 1 || m.region[0].extent() < m.vector_width ||
-      m.region[1].extent() < 2.0 * rows)
-    return false;
-  for (const LoopDim &l : s.loops)
-    if (l.is_rvar)
-      return true;
-  return false;
-}
-
 std::vector<int> split_dims_outermost_first(const FuncChoice &c, const Box &region) {
   std::vector<int> dims;
   for (int d = static_cast<int>(region.size()) - 1; d >= 0; --d)

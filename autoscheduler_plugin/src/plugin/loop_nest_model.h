@@ -74,11 +74,6 @@ private:
 // both follow it.
 bool shifts_inwards(const FuncNode &f, double extent, double factor);
 
-// Whether update stage `s` of `f` is blocked by `rows` rows (FuncChoice::update_rows): it has
-// RVars, both dimensions 0 and 1 are its pure loops, it is vectorized along 0, and the region
-// has at least two blocks of rows. apply_schedule and the features both follow it.
-bool blocks_rows(const FuncNode &f, const StageNode &s, const FuncModel &m, int rows);
-
 // Tile loops of a Root Func, outermost first: the dimensions with tile[d] below the region's
 // extent, from the last dimension to the first.
 std::vector<int> split_dims_outermost_first(const FuncChoice &c, const Box &region);

@@ -89,11 +89,13 @@ Parameters Parameters::from(const Halide::MachineParams &mp) {
                            : kind == "slide" ? kPlaceSlide
                            : kind == "nest"  ? kPlaceNest
                            : kind == "root"  ? kPlaceRoot
+                           : kind == "reorder" ? kPlaceReorder
+                           : kind == "rsplit" ? kPlaceRSplit
                            : kind == "all"   ? kPlaceAll
                                              : 0u;
       input_check(bit != 0)
           << "Hkfac: HKFAC_PLACEMENTS=\"" << v << "\" names \"" << kind
-          << "\", which is not one of root, inline, tile, task, slide, nest, all\n";
+          << "\", which is not one of root, inline, tile, task, slide, nest, reorder, rsplit, all\n";
       p.placements |= bit;
       at = comma + 1;
     }

@@ -9,7 +9,7 @@
 
 namespace hkfac::sched {
 
-// The kinds of placement the search may choose (HKFAC_PLACEMENTS, for ablations and tests):
+// The kinds of choice the search may make (HKFAC_PLACEMENTS, for ablations and tests):
 // inlining; compute_at a Root Func's tile loop, its parallel task loop, or its tile loop with
 // the storage one loop further out (a sliding window); compute_at an At Func's row loop (a
 // nest); compute_root. A Func none of the listed kinds can place is computed at root (outputs,
@@ -21,7 +21,11 @@ enum PlacementKinds : unsigned {
   kPlaceSlide = 8,
   kPlaceNest = 16,
   kPlaceRoot = 32,
-  kPlaceAll = 63,
+  // Not placements but the orders of update stages' loops (FuncChoice::update_order): RVars
+  // moved outside a tile's pure loops, and the outermost RVar split with its outer half moved.
+  kPlaceReorder = 64,
+  kPlaceRSplit = 128,
+  kPlaceAll = 255,
   // The default leaves out sliding windows and nests: the shipped weights never saw one, and
   // with them the bench bed ran slower (docs/RESULTS.md#autoscheduler-plugin-hkfac).
   kPlaceDefault = kPlaceRoot | kPlaceInline | kPlaceTile | kPlaceTask,
@@ -51,7 +55,7 @@ struct Parameters {
   int top_k = 0;               // HKFAC_TOPK
   std::string top_k_dir = "."; // HKFAC_TOPK_DIR
   int threads = 0;             // HKFAC_THREADS; 0 = every core
-  unsigned placements = kPlaceDefault; // HKFAC_PLACEMENTS: root,inline,tile,task,slide,nest, all
+  unsigned placements = kPlaceDefault; // HKFAC_PLACEMENTS: root,inline,tile,task,slide,nest,reorder,rsplit, all
   std::string inject_failure;  // HKFAC_INJECT_FAILURE (tests): analysis|search|apply
 
   static Parameters from(const Halide::MachineParams &params);

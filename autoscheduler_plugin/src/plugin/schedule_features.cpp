@@ -6,6 +6,7 @@
 #include <cstring>
 
 #include "cost_model_features.h"
+#include "update_nest.h"
 
 namespace hkfac::sched {
 
@@ -93,9 +94,13 @@ void cpu_schedule_features(const PipelineAnalysis &dag, const State &state,
       }
       if (s.index == 0)
         points = m.points_computed;
-      const bool tiled = s.index == 0;
-      const double tiles = tiled ? m.tiles : 1;
-      const double tasks = s.index == 0 ? m.tasks : (m.tasks > 1 && c.parallel_dims > 0 ? m.tasks : 1);
+      // Updates in a tiled order (update_nest.h) are counted as the pure stage is: per tile.
+      const UpdateNest nest = s.index == 0 ? UpdateNest{} : update_nest(f, s, c, m);
+      const bool tiled = s.index == 0 || nest.order != kRVarsInner;
+      const double tiles = s.index == 0 ? m.tiles : nest.order != kRVarsInner ? nest.tiles : 1;
+      const double tasks = s.index == 0                  ? m.tasks
+                           : nest.order != kRVarsInner ? nest.tasks
+                           : (m.tasks > 1 && c.parallel_dims > 0 ? m.tasks : 1);
       int innermost_dim = -1;
       for (const LoopDim &l : s.loops)
         if (!l.is_rvar) {
@@ -105,17 +110,33 @@ void cpu_schedule_features(const PipelineAnalysis &dag, const State &state,
       const bool stage_vectorized =
           m.vector_width > 1 && (s.index == 0 || (s.pure_arg_is_loop[0] && !s.loops.empty()));
       const int vw = stage_vectorized ? m.vector_width : 1;
-      const double inner0 = s.loops.empty() ? 1
-                            : s.loops[0].is_rvar
-                                ? std::max(s.loops[0].rextent, 1.0)
-                                : (tiled ? m.inner[s.loops[0].pure_arg] : m.region[s.loops[0].pure_arg].extent());
+      // The innermost loop's extent in vectors. Under kRVarsInner it is the innermost RVar's
+      // (divided by the lanes as it always was, so old schedules featurize as before); in the
+      // tiled orders the innermost loop that is neither lanes nor blocked rows.
+      double inner0 = s.loops.empty() ? 1
+                      : s.loops[0].is_rvar
+                          ? std::max(s.loops[0].rextent, 1.0)
+                          : (tiled ? m.inner[s.loops[0].pure_arg] : m.region[s.loops[0].pure_arg].extent());
+      if (s.index > 0 && nest.order != kRVarsInner) {
+        for (const UpdateLoop &l : nest.loops) {
+          if (l.kind == UpdateLoop::kVectorized || (nest.blocked && l.kind == UpdateLoop::kUnrolled && !l.rvar))
+            continue;
+          inner0 = l.rvar ? l.extent : l.extent * vw;
+          break;
+        }
+      }
       inner_pure = innermost_dim < 0 ? 1 : (tiled ? m.inner[innermost_dim] : m.region[innermost_dim].extent());
       double unrolled = 1;
-      if (blocks_rows(f, s, m, c.update_rows))
+      if (s.index > 0 && nest.blocked) {
         unrolled = c.update_rows;
-      else if (c.unroll_rvars && !s.loops.empty() && s.loops[0].is_rvar &&
-               s.loops[0].constant_extent)
+      } else if (s.index > 0 && nest.order != kRVarsInner) {
+        for (const UpdateLoop &l : nest.loops)
+          if (l.kind == UpdateLoop::kUnrolled)
+            unrolled = l.extent;
+      } else if (c.unroll_rvars && !s.loops.empty() && s.loops[0].is_rvar &&
+                 s.loops[0].constant_extent) {
         unrolled = s.loops[0].rextent;
+      }
 
       const double total = points * m.realizations;
       const double elem = f.elem_bytes;

@@ -16,6 +16,19 @@ enum SiteLevel : uint8_t {
   kPerTask = 1, // a Root consumer's parallel loop: one realization per task (a strip of tiles)
 };
 
+// How the loops of a Func's update stages are ordered (FuncChoice::update_order); the update_nest
+// helper turns it into splits and a loop order per stage. Every order is legal: each pure point of
+// an update is reduced independently (Halide requires self-references to use the pure variables
+// in place), and the RVars keep their relative order.
+enum UpdateOrder : uint8_t {
+  kRVarsInner = 0, // Halide's default: the RVars innermost (under the vector lanes and blocked
+                   // rows), the pure loops around them over the whole region
+  kRVarsOuter = 1, // the pure loops tiled as the pure definition is, the RVars between a tile's
+                   // loops and the tile loops: each tile is reduced whole while it is in cache
+  kRVarSplit = 2,  // as kRVarsOuter, but only the outer half of the outermost RVar, split by
+                   // `rvar_split`, moves out; its inner half stays innermost (reduction blocking)
+};
+
 // The decision for one Func. A Root Func is tiled: each dimension d splits into an outer loop
 // and an inner loop of `tile[d]` iterations (no split where tile[d] covers the region); the
 // `parallel_dims` outermost tile loops are fused into one parallel loop; the innermost storage
@@ -40,11 +53,14 @@ struct FuncChoice {
   // `update_rows` rows of dimension 1 at once, unrolled, inside its RVar loops, so one load of a
   // reduction's operand serves that many accumulators. 1: no blocking.
   int update_rows = 1;
+  UpdateOrder update_order = kRVarsInner;
+  int rvar_split = 1; // kRVarSplit's factor
 
   bool operator==(const FuncChoice &o) const {
     return placement == o.placement && at_func == o.at_func && at_level == o.at_level &&
            store_outer == o.store_outer && tile == o.tile && parallel_dims == o.parallel_dims && vectorize == o.vectorize &&
-           unroll_rvars == o.unroll_rvars && update_rows == o.update_rows;
+           unroll_rvars == o.unroll_rvars && update_rows == o.update_rows &&
+           update_order == o.update_order && rvar_split == o.rvar_split;
   }
 };
 

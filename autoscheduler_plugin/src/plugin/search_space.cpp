@@ -4,6 +4,8 @@
 #include <algorithm>
 #include <cmath>
 
+#include "update_nest.h"
+
 namespace hkfac::sched {
 
 namespace {
@@ -60,6 +62,35 @@ bool has_blockable_update(const FuncNode &f) {
   return false;
 }
 
+// Whether some update of `f` has both an RVar and a pure loop, whose order may change
+// (update_nest.h).
+bool has_reorderable_update(const FuncNode &f) {
+  for (const StageNode &s : f.stages) {
+    bool rvar = false, pure = false;
+    for (const LoopDim &l : s.loops)
+      (l.is_rvar ? rvar : pure) = true;
+    if (s.index > 0 && rvar && pure)
+      return true;
+  }
+  return false;
+}
+
+// The factors kRVarSplit may split some update's outermost RVar by (none unless
+// HKFAC_PLACEMENTS allows RVar splits): small enough to leave two splits.
+std::vector<int> rvar_split_factors(const FuncNode &f, const Parameters &params) {
+  std::vector<int> out;
+  if (!(params.placements & kPlaceRSplit) || !has_reorderable_update(f))
+    return out;
+  for (int k : {16, 64}) {
+    bool any = false;
+    for (const StageNode &s : f.stages)
+      any = any || (s.index > 0 && split_rvar(s, k) >= 0);
+    if (any)
+      out.push_back(k);
+  }
+  return out;
+}
+
 std::vector<FuncChoice> unblocked_choices(const PipelineAnalysis &dag, const State &state,
                                           const LoopNestModel &model, int id,
                                           const Parameters &params, bool coarse,
@@ -72,16 +103,36 @@ std::vector<FuncChoice> func_choices(const PipelineAnalysis &dag, const State &s
                                      bool coarse, const std::set<PlacementKey> &allowed) {
   std::vector<FuncChoice> out = unblocked_choices(dag, state, model, id, params, coarse, allowed);
   const FuncNode &f = dag.funcs[id];
-  if (f.is_extern || !has_blockable_update(f))
+  if (f.is_extern)
     return out;
+  const bool blockable = has_blockable_update(f);
+  const std::vector<int> splits = rvar_split_factors(f, params);
+  const bool reorder = (params.placements & kPlaceReorder) && has_reorderable_update(f);
   const size_t n = out.size();
   for (size_t i = 0; i < n; ++i) {
     if (out[i].placement == Placement::Inline)
       continue;
-    for (int rows : {4, 8}) {
-      FuncChoice c = out[i];
-      c.update_rows = rows;
+    FuncChoice c = out[i];
+    if (blockable) {
+      for (int rows : {4, 8}) {
+        c.update_rows = rows;
+        out.push_back(c);
+      }
+    }
+    if (reorder) {
+      c.update_rows = 1;
+      c.update_order = kRVarsOuter;
       out.push_back(c);
+    }
+    for (int k : splits) {
+      c.update_order = kRVarSplit;
+      c.rvar_split = k;
+      for (int rows : {1, 4, 8}) {
+        if (rows > 1 && !blockable)
+          continue;
+        c.update_rows = rows;
+        out.push_back(c);
+      }
     }
   }
   return out;

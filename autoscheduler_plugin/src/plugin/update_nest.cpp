@@ -1,0 +1,183 @@
+// Building an update stage's loop nest (see update_nest.h).
+#include "update_nest.h"
+
+#include <algorithm>
+#include <cmath>
+
+namespace hkfac::sched {
+
+namespace {
+
+// The extent one iteration of the stage's loops over dimension `d` covers: the Func's tile where
+// a tiled order splits it, else the whole region.
+double pure_extent(const FuncChoice &c, const FuncModel &m, UpdateOrder order, int d) {
+  if (order != kRVarsInner && c.placement == Placement::Root && m.split[d])
+    return c.tile[d];
+  return std::max(1.0, m.region[d].extent());
+}
+
+bool vectorizes(const FuncNode &f, const StageNode &s, const FuncChoice &c, const FuncModel &m,
+                UpdateOrder order) {
+  return c.vectorize && f.dims > 0 && s.pure_arg_is_loop[0] && m.vector_width > 1 &&
+         pure_extent(c, m, order, 0) >= m.vector_width;
+}
+
+UpdateLoop *find_loop(std::vector<UpdateLoop> &loops, const std::string &var) {
+  for (UpdateLoop &l : loops)
+    if (l.var == var)
+      return &l;
+  return nullptr;
+}
+
+UpdateNest inner_nest(const FuncNode &f, const StageNode &s, const FuncChoice &c,
+                      const FuncModel &m) {
+  UpdateNest n;
+  for (const LoopDim &l : s.loops)
+    n.loops.push_back({l.var, l.is_rvar,
+                       l.is_rvar ? std::max(1.0, l.rextent) : std::max(1.0, m.region[l.pure_arg].extent())});
+  const bool vectorized = vectorizes(f, s, c, m, kRVarsInner);
+  n.blocked = vectorized && blocks_rows(f, s, m, c);
+  const std::string x = f.dims > 0 ? f.func.args()[0] : std::string();
+  const std::string y = f.dims > 1 ? f.func.args()[1] : std::string();
+  if (vectorized) {
+    const double vw = m.vector_width;
+    n.splits.push_back({x, x, x + "_v", false, vw});
+    UpdateLoop *lx = find_loop(n.loops, x);
+    lx->extent = std::ceil(lx->extent / vw);
+    n.loops.insert(n.loops.begin(), {x + "_v", false, vw, UpdateLoop::kVectorized});
+    if (n.blocked) {
+      // x_v, y_i innermost, the RVars around them, y_o where y was.
+      n.splits.push_back({y, y + "_o", y + "_i", false, static_cast<double>(c.update_rows)});
+      UpdateLoop *ly = find_loop(n.loops, y);
+      ly->var = y + "_o";
+      ly->extent = std::ceil(ly->extent / c.update_rows);
+      n.loops.insert(n.loops.begin() + 1,
+                     {y + "_i", false, static_cast<double>(c.update_rows), UpdateLoop::kUnrolled});
+    }
+    n.reordered = true;
+  }
+  const LoopDim &outer = s.loops.back();
+  if (c.placement == Placement::Root && !outer.is_rvar && s.pure_arg_is_loop[outer.pure_arg] &&
+      m.region[outer.pure_arg].extent() >= 2 && c.parallel_dims > 0 &&
+      !(vectorized && outer.pure_arg == 0)) {
+    UpdateLoop *l = find_loop(n.loops, n.blocked && outer.var == y ? y + "_o" : outer.var);
+    l->kind = UpdateLoop::kParallel;
+    n.tasks = l->extent;
+  }
+  if (!n.blocked && c.unroll_rvars && s.loops[0].is_rvar && s.loops[0].constant_extent &&
+      s.loops[0].rextent <= 8)
+    find_loop(n.loops, s.loops[0].var)->kind = UpdateLoop::kUnrolled;
+  return n;
+}
+
+UpdateNest tiled_nest(const FuncNode &f, const StageNode &s, const FuncChoice &c,
+                      const FuncModel &m, UpdateOrder order) {
+  UpdateNest n;
+  n.order = order;
+  n.reordered = true;
+  const bool vectorized = vectorizes(f, s, c, m, order);
+  n.blocked = vectorized && blocks_rows(f, s, m, c);
+  std::vector<UpdateLoop> lanes, rvars_in, pure_in, rvars_out, tile_loops;
+  for (const LoopDim &l : s.loops) {
+    if (l.is_rvar)
+      continue;
+    const int d = l.pure_arg;
+    std::string inner = l.var;
+    double e = pure_extent(c, m, order, d);
+    if (c.placement == Placement::Root && m.split[d]) {
+      n.splits.push_back({l.var, l.var + "_o", l.var + "_i", false, c.tile[d]});
+      tile_loops.push_back({l.var + "_o", false, std::ceil(m.region[d].extent() / c.tile[d])});
+      inner = l.var + "_i";
+    }
+    if (d == 0 && vectorized) {
+      n.splits.push_back({inner, inner, l.var + "_v", false, static_cast<double>(m.vector_width)});
+      lanes.insert(lanes.begin(), {l.var + "_v", false, static_cast<double>(m.vector_width),
+                                   UpdateLoop::kVectorized});
+      e = std::ceil(e / m.vector_width);
+    }
+    if (d == 1 && n.blocked) {
+      n.splits.push_back({inner, inner, l.var + "_r", false, static_cast<double>(c.update_rows)});
+      lanes.push_back({l.var + "_r", false, static_cast<double>(c.update_rows),
+                       UpdateLoop::kUnrolled});
+      e = std::ceil(e / c.update_rows);
+    }
+    pure_in.push_back({inner, false, e});
+  }
+  const int split = order == kRVarSplit ? split_rvar(s, c.rvar_split) : -1;
+  for (size_t i = 0; i < s.loops.size(); ++i) {
+    const LoopDim &l = s.loops[i];
+    if (!l.is_rvar)
+      continue;
+    const double e = std::max(1.0, l.rextent);
+    if (static_cast<int>(i) == split) {
+      n.splits.push_back({l.var, l.var + "_o", l.var + "_i", true, static_cast<double>(c.rvar_split)});
+      rvars_in.push_back({l.var + "_i", true, static_cast<double>(c.rvar_split)});
+      rvars_out.push_back({l.var + "_o", true, std::ceil(e / c.rvar_split)});
+    } else {
+      (order == kRVarSplit ? rvars_in : rvars_out).push_back({l.var, true, e});
+    }
+  }
+  // A small constant RVar that stays innermost unrolls, as under kRVarsInner.
+  if (!n.blocked && c.unroll_rvars && !rvars_in.empty() && s.loops[0].is_rvar &&
+      rvars_in[0].var == s.loops[0].var && s.loops[0].constant_extent && s.loops[0].rextent <= 8)
+    rvars_in[0].kind = UpdateLoop::kUnrolled;
+  for (const UpdateLoop &l : tile_loops)
+    n.tiles *= l.extent;
+  if (c.placement == Placement::Root && c.parallel_dims > 0 && !tile_loops.empty() &&
+      tile_loops.back().extent >= 2) {
+    tile_loops.back().kind = UpdateLoop::kParallel;
+    n.tasks = tile_loops.back().extent;
+  }
+  for (auto *part : {&lanes, &rvars_in, &pure_in, &rvars_out, &tile_loops})
+    n.loops.insert(n.loops.end(), part->begin(), part->end());
+  return n;
+}
+
+} // namespace
+
+UpdateOrder stage_update_order(const StageNode &s, const FuncChoice &c) {
+  if (s.index == 0 || c.update_order == kRVarsInner)
+    return kRVarsInner;
+  bool rvar = false, pure = false;
+  for (const LoopDim &l : s.loops)
+    (l.is_rvar ? rvar : pure) = true;
+  if (!rvar || !pure)
+    return kRVarsInner;
+  if (c.update_order == kRVarSplit && split_rvar(s, c.rvar_split) < 0)
+    return kRVarsOuter;
+  return c.update_order;
+}
+
+int split_rvar(const StageNode &s, int factor) {
+  int outermost = -1;
+  for (size_t i = 0; i < s.loops.size(); ++i)
+    if (s.loops[i].is_rvar)
+      outermost = static_cast<int>(i);
+  if (outermost < 0 || factor < 2)
+    return -1;
+  const LoopDim &l = s.loops[outermost];
+  return l.constant_extent && l.rextent >= 2.0 * factor ? outermost : -1;
+}
+
+bool blocks_rows(const FuncNode &f, const StageNode &s, const FuncModel &m, const FuncChoice &c) {
+  const int rows = c.update_rows;
+  if (rows <= 1 || s.index == 0 || f.dims < 2 || !s.pure_arg_is_loop[0] ||
+      !s.pure_arg_is_loop[1] || m.vector_width <= 1)
+    return false;
+  const UpdateOrder order = stage_update_order(s, c);
+  if (order == kRVarsOuter || pure_extent(c, m, order, 0) < m.vector_width ||
+      pure_extent(c, m, order, 1) < 2.0 * rows)
+    return false;
+  for (const LoopDim &l : s.loops)
+    if (l.is_rvar)
+      return true;
+  return false;
+}
+
+UpdateNest update_nest(const FuncNode &f, const StageNode &s, const FuncChoice &c,
+                       const FuncModel &m) {
+  const UpdateOrder order = stage_update_order(s, c);
+  return order == kRVarsInner ? inner_nest(f, s, c, m) : tiled_nest(f, s, c, m, order);
+}
+
+} // namespace hkfac::sched

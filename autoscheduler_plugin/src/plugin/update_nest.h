@@ -1,0 +1,64 @@
+// The loop nest of one update stage under a Func's decision: its splits, its loop order, and
+// which loops run parallel, vectorized or unrolled.
+#pragma once
+
+#include <string>
+#include <vector>
+
+#include "loop_nest_model.h"
+#include "pipeline_analysis.h"
+#include "schedule_state.h"
+
+namespace hkfac::sched {
+
+// One loop of an update's nest after its splits.
+struct UpdateLoop {
+  enum Kind : uint8_t { kSerial, kParallel, kVectorized, kUnrolled };
+  std::string var;
+  bool rvar = false;
+  double extent = 1; // iterations per enclosing iteration
+  Kind kind = kSerial;
+};
+
+// A split of an update's loop `old` into `outer` and `inner` (`factor` iterations), GuardWithIf.
+struct UpdateSplit {
+  std::string old, outer, inner;
+  bool rvar = false;
+  double factor = 1;
+};
+
+// An update stage's nest as apply_schedule issues it and the features count it. `order` is what
+// the stage gets of FuncChoice::update_order: an update without both an RVar and a pure loop
+// keeps Halide's order, and one whose outermost RVar cannot be split (its extent not a constant
+// of at least two splits) moves its RVars out whole. kRVarsInner reproduces the schedules before
+// the other orders existed: the vector lanes and blocked rows innermost, the RVars around them,
+// the pure loops over the whole region, the outermost one parallel. The tiled orders split the
+// pure loops by the Func's tile (Root Funcs) and put, innermost first: lanes, blocked rows, the
+// RVars that stay in, the tile's pure loops, the RVars moved out, the tile loops (the outermost
+// parallel).
+struct UpdateNest {
+  UpdateOrder order = kRVarsInner;
+  std::vector<UpdateSplit> splits;
+  std::vector<UpdateLoop> loops; // innermost first
+  bool reordered = false;        // `loops` is issued as a reorder; else Halide's default order
+  bool blocked = false;          // rows of dimension 1 blocked (FuncChoice::update_rows)
+  double tiles = 1;              // iterations of the tile loops (tiled orders)
+  double tasks = 1;              // iterations of the parallel loop
+};
+
+// The order update stage `s` gets under `c` (see UpdateNest).
+UpdateOrder stage_update_order(const StageNode &s, const FuncChoice &c);
+
+// The index in s.loops of the RVar kRVarSplit splits by `factor`: the outermost RVar, where its
+// extent is a constant of at least two splits; -1 where there is none.
+int split_rvar(const StageNode &s, int factor);
+
+// Whether update stage `s` of `f` is blocked by c.update_rows rows (FuncChoice::update_rows): it
+// has RVars that stay innermost (not kRVarsOuter), both dimensions 0 and 1 are its pure loops, it
+// is vectorized along 0, and the rows its loop over dimension 1 covers hold two blocks.
+bool blocks_rows(const FuncNode &f, const StageNode &s, const FuncModel &m, const FuncChoice &c);
+
+UpdateNest update_nest(const FuncNode &f, const StageNode &s, const FuncChoice &c,
+                       const FuncModel &m);
+
+} // namespace hkfac::sched
