@@ -14,15 +14,23 @@ whose .sample exists is skipped, one already compiled is only benchmarked, and o
 is skipped unless --retry-failed. A schedule whose featurization equals an earlier sample's of the
 same pipeline is marked DUPLICATE and not timed. Python 3 standard library only.
 
+Several drivers can share the work (generate_data_mpi.py runs them under mpirun): --shard I/N
+takes every N-th pipeline from the I-th, so shards never make the same sample, and --host-lock
+names a file that the drivers on one host lock, shared while compiling and exclusive while
+benchmarking, so that no benchmark runs beside a compile or another benchmark.
+
   generate_data.py --out /tmp/data --random 0:100 --schedules 20
   generate_data.py --out /tmp/data --app build/apps/pipelines/hkfac_pipeline_harris:harris
 """
 import argparse
 import concurrent.futures
+import contextlib
+import fcntl
 import hashlib
 import os
 import re
 import shutil
+import socket
 import struct
 import subprocess
 import sys
@@ -154,6 +162,25 @@ def compile_schedule(args, target, rungen_objs, pipeline, k, d):
 BENCH_RE = re.compile(r"best case of ([0-9.eE+-]+) sec/iter")
 
 
+@contextlib.contextmanager
+def host_lock(args, exclusive):
+    """Holds --host-lock shared (compiles) or exclusive (benchmarks); nothing without one."""
+    if not args.host_lock:
+        yield
+        return
+    fd = os.open(args.host_lock, os.O_RDWR | os.O_CREAT, 0o666)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX if exclusive else fcntl.LOCK_SH)
+        yield
+    finally:
+        os.close(fd)  # releases the lock
+
+
+def locked_compile(args, target, rungen_objs, pipeline, k, d):
+    with host_lock(args, exclusive=False):
+        return compile_schedule(args, target, rungen_objs, pipeline, k, d)
+
+
 def benchmark(args, d):
     """Times the benchmark with RunGen; returns milliseconds or None."""
     env = dict(os.environ)
@@ -161,8 +188,9 @@ def benchmark(args, d):
     cmd = [os.path.join(d, "bench"), "--estimate_all", "--benchmarks=all", "--quiet",
            f"--benchmark_min_time={args.bench_min_time}"]
     try:
-        proc = subprocess.run(cmd, env=env, capture_output=True, text=True,
-                              timeout=args.bench_timeout)
+        with host_lock(args, exclusive=True):
+            proc = subprocess.run(cmd, env=env, capture_output=True, text=True,
+                                  timeout=args.bench_timeout)
     except subprocess.TimeoutExpired:
         mark_failed(d, f"benchmark timed out after {args.bench_timeout} s")
         return None
@@ -219,7 +247,7 @@ def halide_runtime(args, out, generator, target):
     name = "halide_runtime_" + format(zlib.crc32(target.encode()), "08x")
     lib = os.path.join(out, "_rungen", name + ".a")
     if not os.path.exists(lib):
-        tmp = os.path.join(out, "_rungen", f"tmp{os.getpid()}")
+        tmp = os.path.join(out, "_rungen", f"tmp-{socket.gethostname()}-{os.getpid()}")
         os.makedirs(tmp, exist_ok=True)
         subprocess.run([generator, "-r", name, "-o", tmp, "-e", "static_library",
                         f"target={target}"], check=True, capture_output=True)
@@ -233,8 +261,9 @@ def rungen_object(args, out):
     obj = os.path.join(out, "_rungen", "RunGenMain.o")
     if not os.path.exists(obj):
         os.makedirs(os.path.dirname(obj), exist_ok=True)
-        # A temporary name of this process's own: two drivers sharing --out may both compile it.
-        tmp = f"{obj}.{os.getpid()}.tmp"
+        # A temporary name of this process's own: two drivers sharing --out (on one host or on a
+        # shared file system) may both compile it.
+        tmp = f"{obj}.{socket.gethostname()}-{os.getpid()}.tmp"
         subprocess.run([args.cxx, "-std=c++17", "-O2", "-c", "-I", HALIDE_INCLUDE,
                         "-DHALIDE_NO_PNG", "-DHALIDE_NO_JPEG", RUNGEN_MAIN, "-o", tmp],
                        check=True)
@@ -298,7 +327,16 @@ def main():
     p.add_argument("--keep-bench", action="store_true",
                    help="keep each benchmark binary after its sample is written")
     p.add_argument("--cxx", default=shutil.which("c++") or "c++")
+    p.add_argument("--shard", default="0/1",
+                   help="I/N: only pipelines I, I+N, I+2N, ... of the list (drivers sharing work)")
+    p.add_argument("--host-lock",
+                   help="a file every driver on this host locks: shared while compiling, "
+                        "exclusive while benchmarking")
     args = p.parse_args()
+    m = re.fullmatch(r"(\d+)/(\d+)", args.shard)
+    if not m or int(m.group(2)) < 1 or int(m.group(1)) >= int(m.group(2)):
+        p.error(f"--shard {args.shard}: expected I/N with 0 <= I < N")
+    shard, shards = int(m.group(1)), int(m.group(2))
     args.plugin = args.plugin or PLUGINS.get(args.scheduler)
     if not args.plugin:
         p.error(f"no default plugin for scheduler {args.scheduler}; pass --plugin")
@@ -308,18 +346,24 @@ def main():
     pipelines = pipelines_from(args)
     if not pipelines:
         p.error("nothing to do: give --random and/or --app")
+    pipelines = pipelines[shard::shards]
+    if not pipelines:
+        print(f"generate_data: shard {args.shard} has no pipeline", flush=True)
+        return 0
 
     os.makedirs(args.out, exist_ok=True)
     target = args.target or host_target()
-    rungen_objs = (rungen_object(args, args.out),
-                   halide_runtime(args, args.out, pipelines[0].generator, target))
+    with host_lock(args, exclusive=False):
+        rungen_objs = (rungen_object(args, args.out),
+                       halide_runtime(args, args.out, pipelines[0].generator, target))
     total = len(pipelines) * args.schedules
     made = skipped = failed = duplicates = 0
     checked = None
     bench_seconds = compile_seconds = 0.0
     start = time.monotonic()
     print(f"generate_data: {len(pipelines)} pipelines x {args.schedules} schedules, "
-          f"{args.scheduler}, target {target}, {args.jobs} compile jobs", flush=True)
+          f"{args.scheduler}, target {target}, {args.jobs} compile jobs"
+          + (f", shard {args.shard}" if shards > 1 else ""), flush=True)
     summary = []
     for pi, pipeline in enumerate(pipelines, 1):
         todo = []
@@ -343,7 +387,7 @@ def main():
         # Compile in parallel, then benchmark one at a time with no compile competing for cores.
         with concurrent.futures.ThreadPoolExecutor(max_workers=args.jobs) as pool:
             compiled = list(pool.map(
-                lambda t: compile_schedule(args, target, rungen_objs, pipeline, t[0], t[1]), todo))
+                lambda t: locked_compile(args, target, rungen_objs, pipeline, t[0], t[1]), todo))
         runtimes = []
         for (k, d, sample), secs in zip(todo, compiled):
             if secs is None:

@@ -106,7 +106,7 @@ def main():
     p.add_argument("--apps", default="", help="comma-separated apps (default: all built)")
     p.add_argument("--initial-weights", help="weights for the first round's search "
                    "(default: a random cost model per schedule)")
-    p.add_argument("--placements", default="all;inline,tile,task,slide,nest",
+    p.add_argument("--placements", default="all;inline,tile,task,slide,nest,reorder,rsplit",
                    help="generate_data.py --placements for the greedy searches ('' for none)")
     p.add_argument("--epochs", type=int, default=40)
     p.add_argument("--jobs", type=int, default=os.cpu_count() or 1)
