@@ -94,8 +94,11 @@ void cpu_schedule_features(const PipelineAnalysis &dag, const State &state,
       }
       if (s.index == 0)
         points = m.points_computed;
-      // Updates in a tiled order (update_nest.h) are counted as the pure stage is: per tile.
-      const UpdateNest nest = s.index == 0 ? UpdateNest{} : update_nest(f, s, c, m);
+      // Updates in a tiled order (update_nest.h) are counted as the pure stage is: per tile. The
+      // nest (names and all) is built only for those; this runs for every candidate.
+      const UpdateOrder order = s.index == 0 ? kRVarsInner : stage_update_order(s, c);
+      const UpdateNest nest = order != kRVarsInner ? update_nest(f, s, c, m) : UpdateNest{};
+      const bool blocked = s.index > 0 && blocks_rows(f, s, m, c);
       const bool tiled = s.index == 0 || nest.order != kRVarsInner;
       const double tiles = s.index == 0 ? m.tiles : nest.order != kRVarsInner ? nest.tiles : 1;
       const double tasks = s.index == 0                  ? m.tasks
@@ -119,7 +122,7 @@ void cpu_schedule_features(const PipelineAnalysis &dag, const State &state,
                           : (tiled ? m.inner[s.loops[0].pure_arg] : m.region[s.loops[0].pure_arg].extent());
       if (s.index > 0 && nest.order != kRVarsInner) {
         for (const UpdateLoop &l : nest.loops) {
-          if (l.kind == UpdateLoop::kVectorized || (nest.blocked && l.kind == UpdateLoop::kUnrolled && !l.rvar))
+          if (l.kind == UpdateLoop::kVectorized || (blocked && l.kind == UpdateLoop::kUnrolled && !l.rvar))
             continue;
           inner0 = l.rvar ? l.extent : l.extent * vw;
           break;
@@ -127,7 +130,7 @@ void cpu_schedule_features(const PipelineAnalysis &dag, const State &state,
       }
       inner_pure = innermost_dim < 0 ? 1 : (tiled ? m.inner[innermost_dim] : m.region[innermost_dim].extent());
       double unrolled = 1;
-      if (s.index > 0 && nest.blocked) {
+      if (blocked) {
         unrolled = c.update_rows;
       } else if (s.index > 0 && nest.order != kRVarsInner) {
         for (const UpdateLoop &l : nest.loops)
