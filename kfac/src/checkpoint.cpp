@@ -20,6 +20,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
+#include <exception>
 #include <limits>
 #include <sstream>
 #include <utility>
@@ -257,6 +258,29 @@ std::string Optimizer::checkpoint_metadata(const std::string &path) const {
 
 void Optimizer::save_checkpoint(const std::string &path, const Params &params,
                                 const std::string &metadata) const {
+  if (!comm_) {
+    write_checkpoint(path, params, metadata);
+    return;
+  }
+  // The ranks hold the same state, so one file serves all; the others wait for it, and hear
+  // of its failure rather than waiting for ever.
+  std::exception_ptr error;
+  if (comm_->rank() == 0) {
+    try {
+      write_checkpoint(path, params, metadata);
+    } catch (...) {
+      error = std::current_exception();
+    }
+  }
+  const bool written = comm_->all(!error, "checkpoint");
+  if (error)
+    std::rethrow_exception(error);
+  if (!written)
+    throw Error("Optimizer::save_checkpoint '" + path + "': rank 0 could not write it");
+}
+
+void Optimizer::write_checkpoint(const std::string &path, const Params &params,
+                                 const std::string &metadata) const {
   // Up front: write_file_atomically would otherwise fail renaming ".tmp.N" onto "".
   if (path.empty())
     throw Error("Optimizer::save_checkpoint: 'path' is empty");
@@ -312,6 +336,27 @@ void Optimizer::save_checkpoint(const std::string &path, const Params &params,
 }
 
 void Optimizer::load_checkpoint(const std::string &path, Params &params) {
+  if (!comm_) {
+    read_checkpoint(path, params);
+    return;
+  }
+  std::exception_ptr error;
+  try {
+    read_checkpoint(path, params);
+  } catch (...) {
+    error = std::current_exception();
+  }
+  // A rank that could not read it would step from other parameters than the rest.
+  const bool everywhere = comm_->all(!error, "checkpoint");
+  if (error)
+    std::rethrow_exception(error);
+  if (!everywhere) {
+    throw Error("Optimizer::load_checkpoint '" + path +
+                "': another rank could not load it; the ranks' states now differ");
+  }
+}
+
+void Optimizer::read_checkpoint(const std::string &path, Params &params) {
   if (path.empty())
     throw Error("Optimizer::load_checkpoint: 'path' is empty");
   const std::vector<ParamShape> shapes = model_.param_shapes();

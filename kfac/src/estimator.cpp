@@ -38,9 +38,29 @@ float inverse_sqrt_weight(const LossFunction &l) {
   return l.weight() > 0.0f ? 1.0f / std::sqrt(l.weight()) : 0.0f;
 }
 
-Matrix random_signs(Eigen::Index rows, Eigen::Index cols, std::mt19937 &rng) {
-  std::bernoulli_distribution coin(0.5);
-  return Matrix::NullaryExpr(rows, cols, [&]() { return coin(rng) ? 1.0f : -1.0f; });
+// ±1 entries, row i from its example's stream (ExampleSeeds).
+Matrix random_signs(Eigen::Index rows, Eigen::Index cols, const ExampleSeeds &seeds) {
+  Matrix v(rows, cols);
+  for (Eigen::Index i = 0; i < rows; ++i) {
+    ExampleRng rng = seeds.rng(i);
+    uint64_t bits = 0;
+    for (Eigen::Index k = 0; k < cols; ++k) {
+      if (k % 64 == 0)
+        bits = rng();
+      v(i, k) = (bits >> (k % 64)) & 1u ? 1.0f : -1.0f;
+    }
+  }
+  return v;
+}
+
+// Relative cost of inverting a block: the cube of each square matrix of its inverse.
+double inverse_cost(const CurvatureBlock &b) {
+  double cost = 0.0;
+  for (const auto &m : b.state().matrices) {
+    if (m.inverse)
+      cost += m.rows == m.cols ? std::pow(double(m.rows), 3.0) : double(m.rows) * m.cols;
+  }
+  return cost;
 }
 
 // Every layer_tag_to_block entry must name a tag of the model or a kind, and a block type, even
@@ -157,8 +177,8 @@ void CurvatureEstimator::init() {
 }
 
 bool CurvatureEstimator::update_curvature_estimate(Model &model, const LossRegistry &losses,
-                                                   float ema_old, float ema_new,
-                                                   std::mt19937 &rng) {
+                                                   float ema_old, float ema_new, std::mt19937 &rng,
+                                                   const BatchShard &shard) {
   if (losses.empty()) {
     throw Error("CurvatureEstimator: no loss was registered on the model output");
   }
@@ -177,15 +197,20 @@ bool CurvatureEstimator::update_curvature_estimate(Model &model, const LossRegis
     }
   };
 
+  // Every rank draws the same key (their generators are in step); rows draw by global index.
+  const uint64_t high = rng();
+  const ExampleSeeds seeds{(high << 32) ^ rng(), shard.first_example};
   const bool ggn = is_ggn_mode(mode_);
   switch (mode_) {
   case EstimationMode::fisher_gradients:
   case EstimationMode::fisher_empirical: {
     Matrix cot = Matrix::Zero(batch, width);
-    for (const auto &l : losses.losses()) {
-      const Matrix g = mode_ == EstimationMode::fisher_gradients ? l->gradient_on(l->sample(rng))
-                                                                 : l->gradient();
-      cot += inverse_sqrt_weight(*l) * g;
+    for (size_t j = 0; j < losses.losses().size(); ++j) {
+      const LossFunction &l = *losses.losses()[j];
+      const Matrix g = mode_ == EstimationMode::fisher_gradients
+                           ? l.gradient_on(l.sample(seeds.stream(j)))
+                           : l.gradient();
+      cot += inverse_sqrt_weight(l) * g;
     }
     run_pass(cot);
     break;
@@ -203,46 +228,84 @@ bool CurvatureEstimator::update_curvature_estimate(Model &model, const LossRegis
   case EstimationMode::fisher_curvature_prop:
   case EstimationMode::ggn_curvature_prop: {
     Matrix cot = Matrix::Zero(batch, width);
-    for (const auto &l : losses.losses()) {
-      const Matrix v = random_signs(batch, l->factor_dim(), rng);
+    for (size_t j = 0; j < losses.losses().size(); ++j) {
+      const auto &l = losses.losses()[j];
+      const Matrix v = random_signs(batch, l->factor_dim(), seeds.stream(j));
       cot += ggn ? l->multiply_hessian_factor(v) : l->multiply_fisher_factor(v);
     }
     run_pass(cot);
     break;
   }
   }
-  for (size_t b = 0; b < blocks_.size(); ++b) {
-    if (!blocks_[b]->keeps_estimate_finite(ema_old, ema_new, batches[b]))
-      return false;
-  }
+  bool finite = true;
+  for (size_t b = 0; b < blocks_.size() && finite; ++b)
+    finite = blocks_[b]->keeps_estimate_finite(ema_old, ema_new, batches[b]);
+  if (shard.communicator)
+    finite = shard.communicator->all(finite, "curvature");
+  if (!finite)
+    return false;
   for (size_t b = 0; b < blocks_.size(); ++b) {
     blocks_[b]->update_curvature_estimate(ema_old, ema_new, batches[b]);
+  }
+  if (shard.communicator) {
+    // Every rank started from the same sums S, so Σ_r fraction_r·(ema_old·S + ema_new·X_r) is
+    // the update by the global batch's statistic X = Σ_r fraction_r·X_r, in one allreduce.
+    exchange_.clear();
+    for (auto &b : blocks_) {
+      for (const auto &m : b->state().matrices) {
+        if (!m.inverse)
+          exchange_.insert(exchange_.end(), m.matrix->data(), m.matrix->data() + m.matrix->size());
+      }
+    }
+    const float fraction = static_cast<float>(shard.fraction);
+    for (float &x : exchange_)
+      x *= fraction;
+    shard.communicator->sum(exchange_.data(), exchange_.size(), "curvature");
+    const float *next = exchange_.data();
+    for (auto &b : blocks_) {
+      for (auto &m : b->state().matrices) {
+        if (!m.inverse) {
+          std::copy(next, next + m.matrix->size(), m.matrix->data());
+          next += m.matrix->size();
+        }
+      }
+    }
   }
   return true;
 }
 
-void CurvatureEstimator::update_inverse(float diagonal_weight) {
+void CurvatureEstimator::update_inverse(float diagonal_weight, Communicator *distribute) {
+  if (distribute && distribute->size() > 1) {
+    update_inverse_distributed(diagonal_weight, *distribute);
+    return;
+  }
+  std::vector<CurvatureBlock *> all;
+  for (auto &b : blocks_)
+    all.push_back(b.get());
+  invert(all, diagonal_weight);
+}
+
+void CurvatureEstimator::invert(const std::vector<CurvatureBlock *> &blocks,
+                                float diagonal_weight) const {
   // Blocks are independent and their inverses (Eigen factorisations, single-threaded) dominate
   // a K-FAC step, so they run on all cores, largest first so the big ones do not finish last.
   // Small models invert in microseconds, less than starting a thread costs; and a caller inside
   // a SerialKernels scope asked for its thread alone.
   long total_dim = 0;
-  for (const auto &b : blocks_)
+  for (const CurvatureBlock *b : blocks)
     total_dim += b->dim();
   constexpr long kParallelInverseMinDim = 1 << 16;
   const unsigned threads =
       serial_inverses_ || kernels_run_serially() || total_dim < kParallelInverseMinDim
           ? 1u
           : std::max(1u, std::min<unsigned>(std::thread::hardware_concurrency(),
-                                            static_cast<unsigned>(blocks_.size())));
+                                            static_cast<unsigned>(blocks.size())));
   if (threads <= 1) {
-    for (auto &b : blocks_)
+    for (CurvatureBlock *b : blocks)
       b->update_inverse(diagonal_weight);
     return;
   }
-  std::vector<CurvatureBlock *> order;
-  for (auto &b : blocks_)
-    order.push_back(b.get());
+  std::vector<CurvatureBlock *> order = blocks;
   std::stable_sort(
       order.begin(), order.end(),
       [](const CurvatureBlock *a, const CurvatureBlock *b) { return a->dim() > b->dim(); });
@@ -265,6 +328,80 @@ void CurvatureEstimator::update_inverse(float diagonal_weight) {
   for (auto &e : errors) {
     if (e)
       std::rethrow_exception(e);
+  }
+}
+
+void CurvatureEstimator::update_inverse_distributed(float diagonal_weight, Communicator &comm) {
+  // Longest first onto the least loaded rank: every rank computes the same assignment.
+  std::vector<size_t> order(blocks_.size());
+  std::vector<double> cost(blocks_.size());
+  for (size_t b = 0; b < blocks_.size(); ++b) {
+    order[b] = b;
+    cost[b] = inverse_cost(*blocks_[b]);
+  }
+  std::stable_sort(order.begin(), order.end(),
+                   [&](size_t a, size_t b) { return cost[a] > cost[b]; });
+  std::vector<double> load(static_cast<size_t>(comm.size()), 0.0);
+  std::vector<int> owner(blocks_.size());
+  for (size_t b : order) {
+    const auto least = std::min_element(load.begin(), load.end()) - load.begin();
+    owner[b] = static_cast<int>(least);
+    load[least] += cost[b];
+  }
+  std::vector<CurvatureBlock *> mine;
+  for (size_t b = 0; b < blocks_.size(); ++b) {
+    if (owner[b] == comm.rank())
+      mine.push_back(blocks_[b].get());
+  }
+  // Every rank learns of a failure before any waits for a broadcast that would not come.
+  std::exception_ptr error;
+  double failures[2] = {0.0, 0.0}; // inverse failures (more damping may cure), other errors
+  try {
+    invert(mine, diagonal_weight);
+  } catch (const CurvatureInverseError &) {
+    error = std::current_exception();
+    failures[0] = 1.0;
+  } catch (...) {
+    error = std::current_exception();
+    failures[1] = 1.0;
+  }
+  comm.sum(failures, 2, "inverses");
+  if (failures[0] > 0.0 || failures[1] > 0.0) {
+    if (error)
+      std::rethrow_exception(error);
+    const std::string what = "a curvature block inverted on another rank failed";
+    if (failures[1] > 0.0)
+      throw Error("CurvatureEstimator::update_inverse: " + what);
+    throw CurvatureInverseError("CurvatureEstimator::update_inverse: " + what);
+  }
+  // One broadcast per rank, of all the inverses it computed.
+  for (int root = 0; root < comm.size(); ++root) {
+    exchange_.clear();
+    for (size_t b = 0; b < blocks_.size(); ++b) {
+      if (owner[b] != root)
+        continue;
+      for (auto &m : blocks_[b]->state().matrices) {
+        if (!m.inverse)
+          continue;
+        if (root != comm.rank())
+          m.matrix->resize(m.rows, m.cols);
+        exchange_.insert(exchange_.end(), m.matrix->data(), m.matrix->data() + m.matrix->size());
+      }
+    }
+    comm.broadcast(exchange_.data(), exchange_.size(), root, "inverses");
+    const float *next = exchange_.data();
+    for (size_t b = 0; b < blocks_.size(); ++b) {
+      if (owner[b] != root)
+        continue;
+      CurvatureBlock::State st = blocks_[b]->state();
+      for (auto &m : st.matrices) {
+        if (m.inverse) {
+          std::copy(next, next + m.matrix->size(), m.matrix->data());
+          next += m.matrix->size();
+        }
+      }
+      *st.have_inverse = true;
+    }
   }
 }
 

@@ -93,9 +93,16 @@ Matrix NormalMeanNegativeLogProbLoss::gradient_on(const Matrix &targets) const {
   return (inputs_ - targets) * (weight_ / variance_);
 }
 
-Matrix NormalMeanNegativeLogProbLoss::sample(std::mt19937 &rng) const {
-  std::normal_distribution<float> n(0.0f, std::sqrt(variance_));
-  return inputs_ + Matrix::NullaryExpr(inputs_.rows(), inputs_.cols(), [&]() { return n(rng); });
+Matrix NormalMeanNegativeLogProbLoss::sample(const ExampleSeeds &seeds) const {
+  Matrix t = inputs_;
+  for (Eigen::Index i = 0; i < t.rows(); ++i) {
+    // A distribution per row: std::normal_distribution keeps a second draw for its next call.
+    std::normal_distribution<float> n(0.0f, std::sqrt(variance_));
+    ExampleRng rng = seeds.rng(i);
+    for (Eigen::Index k = 0; k < t.cols(); ++k)
+      t(i, k) += n(rng);
+  }
+  return t;
 }
 
 Matrix NormalMeanNegativeLogProbLoss::multiply_fisher(const Matrix &v) const {
@@ -165,11 +172,12 @@ Matrix CategoricalLogitsNegativeLogProbLoss::gradient_on(const Matrix &targets) 
   return weight_ * (Matrix(p.array().colwise() * targets.rowwise().sum().array()) - targets);
 }
 
-Matrix CategoricalLogitsNegativeLogProbLoss::sample(std::mt19937 &rng) const {
+Matrix CategoricalLogitsNegativeLogProbLoss::sample(const ExampleSeeds &seeds) const {
   const Matrix p = probabilities();
   Matrix t = Matrix::Zero(p.rows(), p.cols());
   std::uniform_real_distribution<float> u(0.0f, 1.0f);
   for (Eigen::Index i = 0; i < p.rows(); ++i) {
+    ExampleRng rng = seeds.rng(i);
     const float r = u(rng);
     float acc = 0.0f;
     Eigen::Index k = 0;
@@ -255,10 +263,16 @@ Matrix MultiBernoulliNegativeLogProbLoss::gradient_on(const Matrix &targets) con
   return weight_ * (probabilities() - targets);
 }
 
-Matrix MultiBernoulliNegativeLogProbLoss::sample(std::mt19937 &rng) const {
+Matrix MultiBernoulliNegativeLogProbLoss::sample(const ExampleSeeds &seeds) const {
   const Matrix p = probabilities();
+  Matrix t(p.rows(), p.cols());
   std::uniform_real_distribution<float> u(0.0f, 1.0f);
-  return p.unaryExpr([&](float pk) { return u(rng) < pk ? 1.0f : 0.0f; });
+  for (Eigen::Index i = 0; i < p.rows(); ++i) {
+    ExampleRng rng = seeds.rng(i);
+    for (Eigen::Index k = 0; k < p.cols(); ++k)
+      t(i, k) = u(rng) < p(i, k) ? 1.0f : 0.0f;
+  }
+  return t;
 }
 
 Matrix MultiBernoulliNegativeLogProbLoss::multiply_fisher(const Matrix &v) const {

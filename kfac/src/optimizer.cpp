@@ -43,7 +43,12 @@ const OptimizerOptions &validated(const OptimizerOptions &o) {
     if (!ok)
       throw Error("OptimizerOptions: " + msg);
   };
-  require(!o.multi_device, "multi_device is not supported by this build (single device only)");
+  require(!o.distributed_inverses || o.multi_device, "distributed_inverses needs multi_device");
+  // A head of each shard is not the head of the global batch, so the ranks' curvature subset
+  // would not be the one a single process takes.
+  require(!(o.multi_device && o.curvature_batch_size > 0),
+          "curvature_batch_size and multi_device are mutually exclusive");
+  require(!o.communicator || o.multi_device, "a communicator is given but multi_device is off");
   require(o.curvature_ema >= 0.0 && o.curvature_ema <= 1.0, "curvature_ema must be in [0, 1]");
   require(o.num_burnin_steps >= 0, "num_burnin_steps must be >= 0");
   require(o.inverse_update_period >= 1, "inverse_update_period must be >= 1");
@@ -137,6 +142,11 @@ Optimizer::Optimizer(Model &model, ValueFunction value_func, OptimizerOptions op
       value_rng_(options_.seed ^ 0x9e3779b9u), damping_(options_.initial_damping) {
   if (!value_func_)
     throw Error("Optimizer: 'value_func' is empty");
+  if (options_.multi_device) {
+    if (!options_.communicator)
+      options_.communicator = mpi_world_communicator();
+    comm_ = options_.communicator;
+  }
   velocity_ = zero_params(model_);
 }
 
@@ -211,6 +221,48 @@ Batch Optimizer::pull(const std::function<Batch()> &next_batch) {
   return b;
 }
 
+BatchShard Optimizer::shard_of(const Batch &batch) {
+  BatchShard shard;
+  if (!comm_)
+    return shard;
+  shard.communicator = comm_.get();
+  const std::vector<int64_t> rows = comm_->all_gather(batch.inputs.rows(), "control");
+  int64_t total = 0;
+  for (int r = 0; r < comm_->size(); ++r) {
+    // Every rank sees every size, so all of them refuse together.
+    if (rows[r] <= 0) {
+      throw Error("multi_device: rank " + std::to_string(r) + " of " +
+                  std::to_string(comm_->size()) + " has an empty batch; every rank needs examples");
+    }
+    if (r < comm_->rank())
+      shard.first_example += rows[r];
+    total += rows[r];
+  }
+  shard.fraction = static_cast<double>(batch.inputs.rows()) / static_cast<double>(total);
+  return shard;
+}
+
+void Optimizer::average(double *values, size_t n, const BatchShard &shard, const char *phase) {
+  for (size_t i = 0; i < n; ++i)
+    values[i] *= shard.fraction;
+  comm_->sum(values, n, phase);
+}
+
+void Optimizer::average(Params &values, const BatchShard &shard, const char *phase) {
+  exchange_.clear();
+  for (const Matrix &m : values)
+    exchange_.insert(exchange_.end(), m.data(), m.data() + m.size());
+  const float fraction = static_cast<float>(shard.fraction);
+  for (float &x : exchange_)
+    x *= fraction;
+  comm_->sum(exchange_.data(), exchange_.size(), phase);
+  const float *next = exchange_.data();
+  for (Matrix &m : values) {
+    std::copy(next, next + m.size(), m.data());
+    next += m.size();
+  }
+}
+
 double Optimizer::forward(const Params &params, const Batch &batch, LossRegistry &losses,
                           std::map<std::string, double> *aux, bool with_value,
                           const double *params_squared_norm) {
@@ -265,14 +317,33 @@ double Optimizer::evaluate(const Params &params, const Batch &batch,
                            std::map<std::string, double> *aux) {
   const SerialKernels serial(options_.debug || options_.serial_kernels);
   LossRegistry losses;
-  return forward(params, batch, losses, aux, true);
+  double value = forward(params, batch, losses, aux, true);
+  if (comm_) {
+    const BatchShard shard = shard_of(batch);
+    std::vector<double> values{value};
+    if (aux) {
+      for (const auto &[name, v] : *aux)
+        values.push_back(v);
+    }
+    average(values.data(), values.size(), shard, "evaluate");
+    value = values[0];
+    if (aux) {
+      size_t i = 1;
+      for (auto &entry : *aux)
+        entry.second = values[i++];
+    }
+  }
+  return value;
 }
 
 Params Optimizer::gradient(const Params &params, const Batch &batch) {
   const SerialKernels serial(options_.debug || options_.serial_kernels);
   LossRegistry losses;
   forward(params, batch, losses, nullptr, false);
-  return backward_gradient(params, losses);
+  Params g = backward_gradient(params, losses);
+  if (comm_)
+    average(g, shard_of(batch), "evaluate");
+  return g;
 }
 
 void Optimizer::burn_in(const Params &params, const std::function<Batch()> &next_batch) {
@@ -286,12 +357,13 @@ void Optimizer::burn_in(const Params &params, const std::function<Batch()> &next
       Batch batch = pull(next_batch);
       if (uses_curvature_subset(batch))
         batch = curvature_subset(batch);
+      const BatchShard shard = shard_of(batch);
       LossRegistry losses;
       forward(params, batch, losses, nullptr, false);
       // A batch whose statistics would not be finite is left out, and the estimate S / w is
       // the mean of the others.
       if (estimator_.update_curvature_estimate(model_, losses, 1.0f, 1.0f / static_cast<float>(n),
-                                               rng_)) {
+                                               rng_, shard)) {
         ++curvature_updates_;
       }
     }
@@ -322,8 +394,9 @@ struct Optimizer::StepState {
   LossRegistry subset_losses;
   const LossRegistry *curvature_losses = &losses;
   Eigen::Index curvature_rows = 0;
-  Params g; // the gradient
-  Params u; // the preconditioned gradient F̂⁻¹ g
+  Params g;         // the gradient
+  Params u;         // the preconditioned gradient F̂⁻¹ g
+  BatchShard shard; // where the batch sits in the global batch (multi_device)
   // The quadratic model's J u and J v, kept: rho's J Δ is their combination (J is linear), which
   // saves a Jacobian-vector product on every damping adaptation.
   Matrix ju, jv;
@@ -344,6 +417,7 @@ StepStats Optimizer::step(Params &params, const std::function<Batch()> &next_bat
     s.st.timings.curvature_update_s += seconds_since(t);
   }
   s.batch = pull(next_batch);
+  s.shard = shard_of(s.batch);
   s.curvature_rows = s.batch.inputs.rows();
   s.gamma = static_cast<float>(options_.l2_reg + s.r.damping);
 
@@ -365,6 +439,18 @@ std::optional<StepStats> Optimizer::loss_and_gradient(StepState &s) {
   s.phase = Clock::now();
   s.st.loss = forward(s.params, s.batch, s.losses, &s.st.aux, true);
   s.g = backward_gradient(s.params, s.losses);
+  if (comm_) {
+    // Non-finite values stay non-finite in the sums, so every rank rejects a bad shard.
+    std::vector<double> values{s.st.loss};
+    for (const auto &[name, v] : s.st.aux)
+      values.push_back(v);
+    average(values.data(), values.size(), s.shard, "loss_and_gradient");
+    s.st.loss = values[0];
+    size_t i = 1;
+    for (auto &entry : s.st.aux)
+      entry.second = values[i++];
+    average(s.g, s.shard, "loss_and_gradient");
+  }
   // The squared norm doubles as the finiteness check (as in all_finite).
   s.st.grad_norm = std::sqrt(squared_norm(s.g));
   s.st.timings.forward_backward_s = seconds_since(s.phase);
@@ -378,7 +464,7 @@ std::optional<StepStats> Optimizer::curvature_update(StepState &s) {
   if (step_ % options_.curvature_update_period == 0) {
     if (!estimator_.update_curvature_estimate(model_, at_curvature_point(s),
                                               static_cast<float>(options_.curvature_ema), 1.0f,
-                                              rng_)) {
+                                              rng_, s.shard)) {
       s.st.timings.curvature_update_s += seconds_since(s.phase);
       return reject_batch(s, "curvature statistics", "were");
     }
@@ -393,7 +479,7 @@ std::optional<StepStats> Optimizer::inverses_update(StepState &s) {
   s.phase = Clock::now();
   if (step_ % options_.inverse_update_period == 0 || force_inverse_update_) {
     try {
-      estimator_.update_inverse(s.gamma);
+      estimator_.update_inverse(s.gamma, options_.distributed_inverses ? comm_.get() : nullptr);
     } catch (const CurvatureInverseError &e) {
       // A damped estimate too close to singular for its damping.
       s.st.timings.inverse_s = seconds_since(s.phase);
@@ -428,13 +514,22 @@ void Optimizer::step_coefficients(StepState &s) {
     const bool with_velocity = step_ > 0;
     const Eigen::MatrixXd dots =
         with_velocity ? gram({&s.g, &s.u, &velocity_}) : gram({&s.g, &s.u});
-    const double muu = curvature_form(s, s.ju, s.ju) + s.gamma * dots(1, 1);
+    // The data term's curvature products are averages over the batch (across ranks with
+    // multi_device); the parameter-space dots are the same on every rank.
+    double forms[3] = {curvature_form(s, s.ju, s.ju), 0.0, 0.0};
+    if (with_velocity) {
+      s.jv = jvp(s, velocity_);
+      forms[1] = curvature_form(s, s.ju, s.jv);
+      forms[2] = curvature_form(s, s.jv, s.jv);
+    }
+    if (comm_)
+      average(forms, with_velocity ? 3 : 1, s.shard, "quadratic_model");
+    const double muu = forms[0] + s.gamma * dots(1, 1);
     const double bu = dots(0, 1);
     s.alpha = minimiser(bu, muu);
     if (with_velocity) {
-      s.jv = jvp(s, velocity_);
-      const double muv = curvature_form(s, s.ju, s.jv) + s.gamma * dots(1, 2);
-      const double mvv = curvature_form(s, s.jv, s.jv) + s.gamma * dots(2, 2);
+      const double muv = forms[1] + s.gamma * dots(1, 2);
+      const double mvv = forms[2] + s.gamma * dots(2, 2);
       const double bv = dots(0, 2);
       if (options_.use_adaptive_momentum) {
         const double det = muu * mvv - muv * muv;
@@ -492,11 +587,16 @@ std::optional<StepStats> Optimizer::parameters_update(StepState &s) {
       if (s.jv.size() != 0)
         jd += static_cast<float>(s.beta) * s.jv;
     }
-    const double predicted =
-        sums.g_dot_delta + 0.5 * (curvature_form(s, jd, jd) + options_.l2_reg * delta_sq);
     LossRegistry new_losses;
-    const double new_loss =
-        forward(next_params_, s.batch, new_losses, nullptr, true, &sums.next_squared_norm);
+    // The curvature product and the new loss are this batch's; with multi_device, averaged in
+    // one reduction (a non-finite loss on one rank is non-finite on all).
+    double rho_terms[2] = {
+        curvature_form(s, jd, jd),
+        forward(next_params_, s.batch, new_losses, nullptr, true, &sums.next_squared_norm)};
+    if (comm_)
+      average(rho_terms, 2, s.shard, "rho");
+    const double predicted = sums.g_dot_delta + 0.5 * (rho_terms[0] + options_.l2_reg * delta_sq);
+    const double new_loss = rho_terms[1];
     if (!std::isfinite(new_loss))
       return reject_update("the loss after the update was not finite");
     s.st.rho = predicted != 0.0 ? (new_loss - s.st.loss) / predicted : 0.0;
@@ -559,8 +659,8 @@ StepStats Optimizer::reject_batch(StepState &s, const std::string &what, const c
   if (++nonfinite_batches_ >= kMaxNonfiniteBatches) {
     throw Error("Optimizer::step: the " + what + " at the current parameters " + was +
                 " not finite on " + std::to_string(nonfinite_batches_) +
-                " batches in a row (steps " + std::to_string(step_ - nonfinite_batches_ + 1) +
-                "-" + std::to_string(step_) +
+                " batches in a row (steps " + std::to_string(step_ - nonfinite_batches_ + 1) + "-" +
+                std::to_string(step_) +
                 "): an earlier update made the parameters unusable; restart from a checkpoint "
                 "with more damping (min_damping, l2_reg) or a smaller learning rate");
   }
@@ -572,8 +672,8 @@ StepStats Optimizer::reject_batch(StepState &s, const std::string &what, const c
 // no more to give, where rejecting forever would hide the failure.
 StepStats Optimizer::reject_for_damping(StepState &s, const std::string &why) {
   const double damping = s.r.damping;
-  const double raised = std::min(damping * options_.rejected_step_damping_factor,
-                                 options_.max_damping);
+  const double raised =
+      std::min(damping * options_.rejected_step_damping_factor, options_.max_damping);
   if (!(damping > 0.0) || damping >= options_.max_damping ||
       !(options_.l2_reg + raised <= kFloatMax)) {
     throw Error(why + "; the damping (" + describe(damping) +
@@ -610,8 +710,8 @@ Matrix Optimizer::jvp(StepState &s, const Params &tangent) {
 }
 
 double Optimizer::curvature_form(const StepState &s, const Matrix &ja, const Matrix &jb) const {
-  const Matrix cjb = multiply_output_curvature(*s.curvature_losses, jb,
-                                               is_ggn_mode(options_.estimation_mode));
+  const Matrix cjb =
+      multiply_output_curvature(*s.curvature_losses, jb, is_ggn_mode(options_.estimation_mode));
   return dot(ja, cjb) / static_cast<double>(s.curvature_rows);
 }
 

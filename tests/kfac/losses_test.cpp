@@ -107,12 +107,12 @@ TEST(kfacLosses, FisherAndHessianSquareRootsReproduceTheCurvature) {
 // 20000 samples: relative Monte Carlo error ~1/sqrt(20000) ≈ 0.7% per entry; tolerance 5%.
 TEST(kfacLosses, SampledGradientOuterProductsAverageToTheFisher) {
   Data d;
-  std::mt19937 rng(13);
   for (Case &c : cases(d.z, d.t)) {
     const int n = 20000;
     std::vector<MatrixXd> acc(B, MatrixXd::Zero(K, K));
     for (int s = 0; s < n; ++s) {
-      const Matrix g = c.loss->gradient_on(c.loss->sample(rng)) / std::sqrt(c.loss->weight());
+      const ExampleSeeds seeds{static_cast<uint64_t>(13 + s), 0};
+      const Matrix g = c.loss->gradient_on(c.loss->sample(seeds)) / std::sqrt(c.loss->weight());
       for (int i = 0; i < B; ++i) {
         const VectorXd gi = g.row(i).cast<double>().transpose();
         acc[i] += gi * gi.transpose();

@@ -8,6 +8,7 @@
 #include <vector>
 
 #include "hkfac/kfac/blocks/curvature_block.h"
+#include "hkfac/kfac/communicator.h"
 #include "hkfac/kfac/losses.h"
 #include "hkfac/kfac/model.h"
 
@@ -49,6 +50,15 @@ struct BlockSelection {
   BlockOptions block_options;
 };
 
+// Where a batch sits when a global batch is split across ranks (OptimizerOptions::multi_device).
+// Each rank's statistic of its rows, weighted by `fraction`, sums to the global batch's: the
+// per-rank means of unequal shards average to the whole batch's mean.
+struct BatchShard {
+  Communicator *communicator = nullptr; // null: the batch is the whole batch
+  int64_t first_example = 0;            // the global index of the batch's first row
+  double fraction = 1.0;                // this batch's rows over the global batch's
+};
+
 // Owns the curvature blocks of a model and updates them from a batch.
 //
 // The model must have run forward on the batch and the losses must be registered on its output;
@@ -70,19 +80,29 @@ public:
   // block, when the batch would make some block's estimate non-finite (NaN or Inf records, or
   // finite ones whose statistics overflow float; see CurvatureBlock::keeps_estimate_finite):
   // every block is checked before any accumulates, so one bad batch cannot poison the moving
-  // averages for good.
+  // averages for good. `rng` gives one key per estimate; each example's draws come from its
+  // global index (ExampleSeeds). With a shard's communicator, the ranks' statistics are averaged
+  // (every rank ends with the global batch's estimate) and a bad batch on one rank is refused
+  // by all.
   [[nodiscard]] bool update_curvature_estimate(Model &model, const LossRegistry &losses,
-                                               float ema_old, float ema_new, std::mt19937 &rng);
-  void update_inverse(float diagonal_weight);
+                                               float ema_old, float ema_new, std::mt19937 &rng,
+                                               const BatchShard &shard = {});
+  // With `distribute`, each rank inverts its share of the blocks (balanced by the cube of their
+  // factors' sizes) and broadcasts the result; a block that fails on one rank fails on all.
+  void update_inverse(float diagonal_weight, Communicator *distribute = nullptr);
   // Applies every block's multiply_matpower to the matching parameters of `vec`.
   Params multiply_matpower(const Params &vec, int exp, float diagonal_weight) const;
 
 private:
+  void invert(const std::vector<CurvatureBlock *> &blocks, float diagonal_weight) const;
+  void update_inverse_distributed(float diagonal_weight, Communicator &comm);
+
   EstimationMode mode_;
   bool serial_inverses_ = false; // debug mode: one thread, as the optimizer's debug promises
   std::vector<std::unique_ptr<CurvatureBlock>> blocks_;
   std::vector<int> block_tag_; // the model tag index of each block
   size_t num_params_ = 0;
+  std::vector<float> exchange_; // the collectives' staging buffer, kept to reuse its storage
 };
 
 // Σ_losses M (Jv) row-wise — the output-space curvature applied to a Jacobian-vector product —

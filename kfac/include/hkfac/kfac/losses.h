@@ -6,6 +6,7 @@
 #include <string>
 #include <vector>
 
+#include "hkfac/kfac/example_seeds.h"
 #include "hkfac/kfac/types.h"
 
 namespace hkfac::kfac {
@@ -42,8 +43,8 @@ public:
   virtual Eigen::VectorXd values_on(const Matrix &targets) const = 0;
   virtual Matrix gradient_on(const Matrix &targets) const = 0;
 
-  // Targets drawn from p(· | z), one row per example.
-  virtual Matrix sample(std::mt19937 &rng) const = 0;
+  // Targets drawn from p(· | z), one row per example, row i from seeds.rng(i).
+  virtual Matrix sample(const ExampleSeeds &seeds) const = 0;
 
   // Row-wise products with the output-space curvature (B x K -> B x K) and its square roots.
   // The square-root products take B x factor_dim() and return B x K.
@@ -81,7 +82,7 @@ public:
   float variance() const { return variance_; }
   Eigen::VectorXd values_on(const Matrix &targets) const override;
   Matrix gradient_on(const Matrix &targets) const override;
-  Matrix sample(std::mt19937 &rng) const override;
+  Matrix sample(const ExampleSeeds &seeds) const override;
   Matrix multiply_fisher(const Matrix &v) const override;
   Matrix multiply_fisher_factor(const Matrix &v) const override;
 
@@ -99,7 +100,7 @@ public:
   Matrix probabilities() const;
   Eigen::VectorXd values_on(const Matrix &targets) const override;
   Matrix gradient_on(const Matrix &targets) const override;
-  Matrix sample(std::mt19937 &rng) const override;
+  Matrix sample(const ExampleSeeds &seeds) const override;
   Matrix multiply_fisher(const Matrix &v) const override;
   Matrix multiply_fisher_factor(const Matrix &v) const override;
 
@@ -119,7 +120,7 @@ public:
   Matrix probabilities() const;
   Eigen::VectorXd values_on(const Matrix &targets) const override;
   Matrix gradient_on(const Matrix &targets) const override;
-  Matrix sample(std::mt19937 &rng) const override;
+  Matrix sample(const ExampleSeeds &seeds) const override;
   Matrix multiply_fisher(const Matrix &v) const override;
   Matrix multiply_fisher_factor(const Matrix &v) const override;
 

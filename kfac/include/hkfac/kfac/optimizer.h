@@ -10,6 +10,7 @@
 #include <string>
 #include <vector>
 
+#include "hkfac/kfac/communicator.h"
 #include "hkfac/kfac/estimator.h"
 #include "hkfac/kfac/losses.h"
 #include "hkfac/kfac/model.h"
@@ -85,7 +86,22 @@ struct OptimizerOptions {
   std::vector<std::string> patterns_to_skip;
   // Applied to every batch pulled from the iterator, burn-in included.
   std::function<Batch(const Batch &)> batch_process_func;
-  bool multi_device = false; // not supported by this build (throws)
+  // Data-parallel K-FAC: the ranks of `communicator` (MPI_COMM_WORLD when unset; builds without
+  // MPI refuse the option) each hold the same parameters and step on their shard of the global
+  // batch (shards may differ in size; none may be empty). Everything a step decides from is
+  // averaged across ranks, weighted by shard size — the loss and aux values, the gradient, every
+  // block's curvature statistics, the quadratic model's curvature products and rho's loss — so
+  // all ranks take the step one process would take on the whole batch, rejections included.
+  // The sampled modes draw by global example index (ExampleSeeds), so that holds for them too.
+  // Every rank must call step(), evaluate(), gradient() and the checkpoint functions together.
+  // Not with curvature_batch_size (an error); value_func_has_rng draws the same numbers on
+  // every rank, not per example.
+  bool multi_device = false;
+  std::shared_ptr<Communicator> communicator;
+  // With multi_device: each rank inverts a share of the blocks (balanced by cost) and broadcasts
+  // its inverses, instead of every rank inverting all (the same result; less time for more
+  // traffic: see RESULTS.md#mpi-k-fac).
+  bool distributed_inverses = false;
   // Single-threaded kernels during the optimizer's calls (as serial_kernels), plus extra checks
   // (shapes every step, finite factors after every update).
   bool debug = false;
@@ -216,6 +232,9 @@ public:
   int inverse_failures() const { return inverse_failures_; }
   int curvature_updates() const { return curvature_updates_; }
 
+  // The ranks stepping together (multi_device), or null.
+  Communicator *communicator() const { return comm_.get(); }
+
   // Checkpoints. save_checkpoint writes `params` and all of this optimizer's state — step count,
   // burn-in, damping, velocity, counters, both random generators, and every curvature block's
   // estimate and cached inverse — to `path` (replaced atomically; little-endian whatever the
@@ -238,7 +257,11 @@ public:
   // the same size and checksum checks as load_checkpoint; changes nothing.
   std::string checkpoint_metadata(const std::string &path) const;
 
-  // The objective's value (and gradient) at `params` on `batch`, as the optimizer sees it.
+  // With multi_device, rank 0 writes the file and every rank loads it (a shared file system);
+  // a failure on any rank is an error on all.
+  //
+  // The objective's value (and gradient) at `params` on `batch`, as the optimizer sees it; with
+  // multi_device, `batch` is this rank's shard and the result the global batch's.
   double evaluate(const Params &params, const Batch &batch,
                   std::map<std::string, double> *aux = nullptr);
   Params gradient(const Params &params, const Batch &batch);
@@ -264,14 +287,14 @@ private:
   // step()'s phases, in the order it runs them (the numbers of the comment above the class).
   // They hand one step's values on in a StepState; a phase that rejects the step returns the
   // rejected step's stats, and step() returns them.
-  struct StepState; // defined in optimizer.cpp
-  std::optional<StepStats> loss_and_gradient(StepState &s);         // 2
-  std::optional<StepStats> curvature_update(StepState &s);          // 3
-  std::optional<StepStats> inverses_update(StepState &s);           // 4
-  void precondition(StepState &s);                                  // 5
-  void step_coefficients(StepState &s);                             // 6
-  std::optional<StepStats> parameters_update(StepState &s);         // 7
-  void damping_update(StepState &s);                                // 7, its last part
+  struct StepState;                                         // defined in optimizer.cpp
+  std::optional<StepStats> loss_and_gradient(StepState &s); // 2
+  std::optional<StepStats> curvature_update(StepState &s);  // 3
+  std::optional<StepStats> inverses_update(StepState &s);   // 4
+  void precondition(StepState &s);                          // 5
+  void step_coefficients(StepState &s);                     // 6
+  std::optional<StepStats> parameters_update(StepState &s); // 7
+  void damping_update(StepState &s);                        // 7, its last part
   StepStats accepted(StepState &s);
   // The rejections: of the step alone, of a bad batch, and of a step too long for the damping.
   StepStats reject(StepState &s);
@@ -281,6 +304,14 @@ private:
   const LossRegistry &at_curvature_point(StepState &s);
   Matrix jvp(StepState &s, const Params &tangent);
   double curvature_form(const StepState &s, const Matrix &ja, const Matrix &jb) const;
+  void write_checkpoint(const std::string &path, const Params &params,
+                        const std::string &metadata) const;
+  void read_checkpoint(const std::string &path, Params &params);
+  // This rank's place in the global batch (multi_device; the whole batch otherwise).
+  BatchShard shard_of(const Batch &batch);
+  // Σ_r fraction_r·x_r across ranks, in place (multi_device only).
+  void average(double *values, size_t n, const BatchShard &shard, const char *phase);
+  void average(Params &values, const BatchShard &shard, const char *phase);
   // The most bytes a checkpoint of this optimizer can have, so a larger file is refused unread.
   size_t checkpoint_size_limit() const;
   // Throws unless `params` fit the model; errors start with `what`.
@@ -289,6 +320,7 @@ private:
   Model &model_;
   ValueFunction value_func_;
   OptimizerOptions options_;
+  std::shared_ptr<Communicator> comm_; // multi_device's ranks; null on a single device
   CurvatureEstimator estimator_;
   std::mt19937 rng_;
   std::mt19937 value_rng_;
@@ -311,6 +343,7 @@ private:
   // swapped in when accepted. Kept between steps so that pass reuses their storage.
   Params next_velocity_;
   Params next_params_;
+  std::vector<float> exchange_; // average()'s staging buffer
 };
 
 } // namespace hkfac::kfac
