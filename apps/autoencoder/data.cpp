@@ -37,12 +37,15 @@ Dataset Dataset::load(const std::string &kind, const std::string &mnist_dir, uns
   return d;
 }
 
-hkfac::kfac::Batch Dataset::next_batch(int batch_size) {
+hkfac::kfac::Batch Dataset::next_shard(int batch_size, int first, int count) {
   std::uniform_int_distribution<int> pick(0, size() - 1);
   hkfac::kfac::Batch b;
-  b.inputs.resize(batch_size, dim());
-  for (int i = 0; i < batch_size; ++i)
-    b.inputs.row(i) = examples_.row(pick(rng_));
+  b.inputs.resize(count, dim());
+  for (int i = 0; i < batch_size; ++i) {
+    const int example = pick(rng_);
+    if (i >= first && i < first + count)
+      b.inputs.row(i - first) = examples_.row(example);
+  }
   b.targets = b.inputs;
   return b;
 }

@@ -22,7 +22,10 @@ public:
 
   int dim() const { return static_cast<int>(examples_.cols()); }
   int size() const { return static_cast<int>(examples_.rows()); }
-  hkfac::kfac::Batch next_batch(int batch_size);
+  hkfac::kfac::Batch next_batch(int batch_size) { return next_shard(batch_size, 0, batch_size); }
+  // Rows [first, first + count) of the next batch of `batch_size`: every rank of a data-parallel
+  // run draws the same global batches and copies only its own shard of each.
+  hkfac::kfac::Batch next_shard(int batch_size, int first, int count);
   // Advances the shuffling as `batches` calls of next_batch(batch_size) would, without copying
   // examples: a resumed run continues with the batches the saved run would have drawn next.
   void skip_batches(long batches, int batch_size);

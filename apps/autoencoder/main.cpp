@@ -32,7 +32,13 @@ ABSL_FLAG(double, learning_rate, 1e-3, "Learning rate");
 ABSL_FLAG(double, l2_reg, 1e-3, "L2 regularisation coefficient (l2/2 * ||params||^2)");
 ABSL_FLAG(double, momentum, 0.8, "Momentum (K-FAC and SGD; Adam's beta1 is 0.9)");
 ABSL_FLAG(double, damping, 1e-2, "K-FAC damping");
-ABSL_FLAG(bool, multi_device, false, "Data-parallel training (not supported by this build)");
+ABSL_FLAG(bool, multi_device, false,
+          "K-FAC: data-parallel training across the ranks of an MPI job (mpirun -np N "
+          "autoencoder --multi_device): --batch_size is the global batch, each rank steps on its "
+          "share, rank 0 logs and writes the outputs");
+ABSL_FLAG(bool, distributed_inverses, false,
+          "K-FAC with --multi_device: each rank inverts a share of the curvature blocks and "
+          "broadcasts them");
 ABSL_FLAG(int, seed, 12412321, "Random seed");
 ABSL_FLAG(std::string, data, "random", "random | fashion_mnist");
 ABSL_FLAG(std::string, data_dir, "/usr/share/datasets/fashion-mnist",
@@ -221,10 +227,18 @@ void check_resume_settings(const std::string &path, const std::string &saved) {
 // Checks every flag, the unselected optimizer's too, and that the outputs can be written, before
 // any data is read or training starts; errors name the flag.
 void check_flags() {
-  require_flag(!absl::GetFlag(FLAGS_multi_device), "--multi_device", "true",
-               "false: this build trains on a single device");
   const int steps = absl::GetFlag(FLAGS_training_steps);
   const int batch_size = absl::GetFlag(FLAGS_batch_size);
+  if (absl::GetFlag(FLAGS_multi_device)) {
+    require_flag(hkfac::kfac::mpi_available(), "--multi_device", "true",
+                 "false: this build has no MPI (configure with HKFAC_MPI=ON)");
+    require_flag(absl::GetFlag(FLAGS_optimizer) == "kfac", "--multi_device", "true",
+                 "used with --optimizer=kfac");
+    require_flag(absl::GetFlag(FLAGS_curvature_batch_size) == 0, "--multi_device", "true",
+                 "used without --curvature_batch_size");
+  }
+  require_flag(!absl::GetFlag(FLAGS_distributed_inverses) || absl::GetFlag(FLAGS_multi_device),
+               "--distributed_inverses", "true", "used with --multi_device");
   require_flag(steps >= 1, "--training_steps", steps, ">= 1");
   require_flag(batch_size >= 1, "--batch_size", batch_size, ">= 1");
   const std::string which = absl::GetFlag(FLAGS_optimizer), data = absl::GetFlag(FLAGS_data);
@@ -317,8 +331,25 @@ int run() {
   const std::string load_path = absl::GetFlag(FLAGS_load_checkpoint);
   const int checkpoint_every = absl::GetFlag(FLAGS_checkpoint_every);
 
+  // With --multi_device, this rank's rows [shard_first, shard_first + shard_rows) of each global
+  // batch; only rank 0 logs and writes files.
+  std::shared_ptr<hkfac::kfac::Communicator> comm;
+  int shard_first = 0, shard_rows = batch_size;
+  if (absl::GetFlag(FLAGS_multi_device)) {
+    comm = hkfac::kfac::mpi_world_communicator();
+    const long ranks = comm->size(), rank = comm->rank();
+    require_flag(batch_size >= ranks, "--batch_size", batch_size,
+                 ">= the number of ranks (" + std::to_string(ranks) + "): each needs examples");
+    shard_first = static_cast<int>(batch_size * rank / ranks);
+    shard_rows = static_cast<int>(batch_size * (rank + 1) / ranks) - shard_first;
+    if (rank != 0 && !std::freopen("/dev/null", "w", stdout))
+      throw hkfac::Error("--multi_device: rank " + std::to_string(rank) + " cannot silence stdout");
+  }
+  const bool writes_files = !comm || comm->rank() == 0;
+
   autoencoder::Dataset data =
       autoencoder::Dataset::load(absl::GetFlag(FLAGS_data), absl::GetFlag(FLAGS_data_dir), seed);
+  auto next_shard = [&]() { return data.next_shard(batch_size, shard_first, shard_rows); };
   const bool images = absl::GetFlag(FLAGS_data) == "fashion_mnist";
   hkfac::kfac::Sequential model = build_autoencoder(data.dim());
   std::mt19937 rng(seed);
@@ -327,6 +358,10 @@ int run() {
   std::printf("autoencoder: %s data (%d examples, dim %d), optimizer %s, %d steps of %d\n",
               absl::GetFlag(FLAGS_data).c_str(), data.size(), data.dim(), which.c_str(), steps,
               batch_size);
+  if (comm) {
+    std::printf("multi_device: %d ranks, rank 0's shard %d of the %d examples of each batch\n",
+                comm->size(), shard_rows, batch_size);
+  }
 
   std::vector<autoencoder::LossPoint> curve, evals;
   const auto start = std::chrono::steady_clock::now();
@@ -369,6 +404,9 @@ int run() {
     o.curvature_ema = absl::GetFlag(FLAGS_curvature_ema);
     o.use_adaptive_learning_rate = absl::GetFlag(FLAGS_use_adaptive_learning_rate);
     o.use_adaptive_momentum = absl::GetFlag(FLAGS_use_adaptive_momentum);
+    o.multi_device = comm != nullptr;
+    o.communicator = comm;
+    o.distributed_inverses = absl::GetFlag(FLAGS_distributed_inverses);
     if (absl::GetFlag(FLAGS_norm_constraint) > 0) {
       o.norm_constraint = absl::GetFlag(FLAGS_norm_constraint);
     }
@@ -407,8 +445,7 @@ int run() {
                   took);
     };
     for (int s = first; s < first + steps; ++s) {
-      const hkfac::kfac::StepStats st = opt.step(
-          params, [&]() { return data.next_batch(batch_size); }, v);
+      const hkfac::kfac::StepStats st = opt.step(params, next_shard, v);
       curve.push_back({s, elapsed(), st.loss});
       if (s % log_every == 0 || s + 1 == first + steps) {
         char rho[16] = "     -"; // computed only where adaptive damping needs it
@@ -422,7 +459,11 @@ int run() {
             st.timings.precondition_s, st.timings.update_s, st.rejected ? "  [rejected]" : "");
       }
       evaluate_if_due(s + 1, false);
-      if ((max_seconds > 0 && elapsed() > max_seconds) || hkfac::apps::stop_signal())
+      bool stop = (max_seconds > 0 && elapsed() > max_seconds) || hkfac::apps::stop_signal();
+      // The ranks' clocks differ; they stop together or one waits for ever in the next step.
+      if (comm)
+        stop = !comm->all(!stop, "control");
+      if (stop)
         break;
       if (checkpoint_every > 0 && (s + 1) % checkpoint_every == 0 && s + 1 < first + steps)
         save();
@@ -455,15 +496,18 @@ int run() {
     const int done = curve.empty() ? 0 : curve.back().step + 1;
     if (evals.empty() || evals.back().step != done)
       evaluate_if_due(done, true);
-    autoencoder::write_csv(absl::GetFlag(FLAGS_eval_csv), evals);
+    if (writes_files)
+      autoencoder::write_csv(absl::GetFlag(FLAGS_eval_csv), evals);
     std::printf("objective on the first %d examples: %.5f at the start, %.5f at the end; wrote "
                 "%s\n",
                 std::min(eval_examples, data.size()), evals.front().loss, evals.back().loss,
                 absl::GetFlag(FLAGS_eval_csv).c_str());
   }
-  autoencoder::write_csv(absl::GetFlag(FLAGS_csv), curve);
-  autoencoder::write_png(absl::GetFlag(FLAGS_png), curve,
-                         "autoencoder " + absl::GetFlag(FLAGS_data) + " " + which);
+  if (writes_files) {
+    autoencoder::write_csv(absl::GetFlag(FLAGS_csv), curve);
+    autoencoder::write_png(absl::GetFlag(FLAGS_png), curve,
+                           "autoencoder " + absl::GetFlag(FLAGS_data) + " " + which);
+  }
   std::printf("final loss %.5f after %zu steps, %.2fs; wrote %s and %s\n", curve.back().loss,
               curve.size(), elapsed(), absl::GetFlag(FLAGS_csv).c_str(),
               absl::GetFlag(FLAGS_png).c_str());

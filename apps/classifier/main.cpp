@@ -51,6 +51,13 @@ ABSL_FLAG(std::string, csv, "classifier.csv",
           "Output, a row per evaluation as it happens: step,seconds,test_loss,test_accuracy");
 ABSL_FLAG(int, seed, 1, "Random seed (initialisation, batches, K-FAC's sampling)");
 ABSL_FLAG(int, log_every, 50, "Print the training loss every this many steps");
+ABSL_FLAG(bool, multi_device, false,
+          "K-FAC: data-parallel training across the ranks of an MPI job (mpirun -np N "
+          "classifier --multi_device): --batch_size is the global batch, each rank steps on its "
+          "share, rank 0 logs, evaluates and writes the CSV");
+ABSL_FLAG(bool, distributed_inverses, false,
+          "K-FAC with --multi_device: each rank inverts a share of the curvature blocks and "
+          "broadcasts them");
 
 namespace {
 
@@ -188,6 +195,13 @@ void check_flags() {
   } catch (const hkfac::Error &e) {
     throw hkfac::Error(std::string("--") + e.what());
   }
+  if (absl::GetFlag(FLAGS_multi_device)) {
+    require_flag(hkfac::kfac::mpi_available(), "--multi_device", "true",
+                 "false: this build has no MPI (configure with HKFAC_MPI=ON)");
+    require_flag(which == "kfac", "--multi_device", "true", "used with --optimizer=kfac");
+  }
+  require_flag(!absl::GetFlag(FLAGS_distributed_inverses) || absl::GetFlag(FLAGS_multi_device),
+               "--distributed_inverses", "true", "used with --multi_device");
   const std::string dir = absl::GetFlag(FLAGS_data_dir);
   for (const char *split : {"train", "t10k"}) {
     hkfac::apps::require_readable_input("--data_dir", images_file(dir, split));
@@ -213,13 +227,30 @@ int run() {
   hkfac::kfac::Sequential model = build_classifier();
   std::mt19937 rng(seed);
   Params params = model.init_params(rng);
+  // With --multi_device, this rank's rows [shard_first, shard_first + shard_rows) of each global
+  // batch; rank 0 alone logs, evaluates and writes the CSV.
+  std::shared_ptr<hkfac::kfac::Communicator> comm;
+  int shard_first = 0, shard_rows = batch_size;
+  if (absl::GetFlag(FLAGS_multi_device)) {
+    comm = hkfac::kfac::mpi_world_communicator();
+    const long ranks = comm->size(), rank = comm->rank();
+    require_flag(batch_size >= ranks, "--batch_size", batch_size,
+                 ">= the number of ranks (" + std::to_string(ranks) + "): each needs examples");
+    shard_first = static_cast<int>(batch_size * rank / ranks);
+    shard_rows = static_cast<int>(batch_size * (rank + 1) / ranks) - shard_first;
+    if (rank != 0 && !std::freopen("/dev/null", "w", stdout))
+      throw hkfac::Error("--multi_device: rank " + std::to_string(rank) + " cannot silence stdout");
+  }
+  const bool reports = !comm || comm->rank() == 0;
   std::mt19937 data_rng(seed + 1);
   std::uniform_int_distribution<int> pick(0, train.size() - 1);
   auto next_batch = [&]() {
+    // Every rank draws the whole global batch's indices and reads its own rows.
     std::vector<int> index(batch_size);
     for (int &i : index)
       i = pick(data_rng);
-    return train.rows(index);
+    return train.rows(
+        std::vector<int>(index.begin() + shard_first, index.begin() + shard_first + shard_rows));
   };
   const double l2 = absl::GetFlag(FLAGS_l2_reg);
   std::printf("classifier: Fashion-MNIST (%d training, %d test images), optimizer %s, batch %d\n",
@@ -231,15 +262,18 @@ int run() {
     return std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count() - paused;
   };
   const std::string csv_path = absl::GetFlag(FLAGS_csv);
-  std::ofstream csv(csv_path);
-  if (!csv)
-    throw hkfac::Error(csv_path + ": cannot open for writing: " + std::strerror(errno));
-  hkfac::apps::append_checked(csv, csv_path, "step,seconds,test_loss,test_accuracy\n");
+  std::ofstream csv;
+  if (reports) {
+    csv.open(csv_path);
+    if (!csv)
+      throw hkfac::Error(csv_path + ": cannot open for writing: " + std::strerror(errno));
+    hkfac::apps::append_checked(csv, csv_path, "step,seconds,test_loss,test_accuracy\n");
+  }
   double next_eval = 0.0;
   Evaluation last;
   int last_step = -1;
   auto evaluate_if_due = [&](int step, bool force) {
-    if (step == last_step || (!force && elapsed() < next_eval))
+    if (!reports || step == last_step || (!force && elapsed() < next_eval))
       return;
     last_step = step;
     const auto t0 = std::chrono::steady_clock::now();
@@ -258,7 +292,9 @@ int run() {
   const double max_seconds = absl::GetFlag(FLAGS_max_seconds);
   const int log_every = absl::GetFlag(FLAGS_log_every);
   auto done = [&]() {
-    return (max_seconds > 0 && elapsed() > max_seconds) || hkfac::apps::stop_signal();
+    const bool stop = (max_seconds > 0 && elapsed() > max_seconds) || hkfac::apps::stop_signal();
+    // The ranks' clocks differ (rank 0 evaluates); they stop together or one waits for ever.
+    return comm ? !comm->all(!stop, "control") : stop;
   };
   evaluate_if_due(0, true);
   hkfac::apps::stop_on_signals(); // stop at a step boundary, the CSV complete
@@ -275,6 +311,9 @@ int run() {
     o.min_damping = absl::GetFlag(FLAGS_min_damping);
     o.inverse_update_period = absl::GetFlag(FLAGS_inverse_update_period);
     o.curvature_update_period = absl::GetFlag(FLAGS_curvature_update_period);
+    o.multi_device = comm != nullptr;
+    o.communicator = comm;
+    o.distributed_inverses = absl::GetFlag(FLAGS_distributed_inverses);
     hkfac::kfac::Optimizer opt(model, softmax_cross_entropy, o);
     for (; step < steps && !done(); ++step) {
       const hkfac::kfac::StepStats st = opt.step(params, next_batch);
