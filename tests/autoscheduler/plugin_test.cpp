@@ -14,6 +14,7 @@
 #include <vector>
 
 #include "Halide.h"
+#include "scoped_env.h"
 
 using namespace Halide;
 
@@ -22,31 +23,6 @@ namespace {
 constexpr int kS = 39;   // CPU schedule features
 constexpr int kAlgo = 287;
 const Target kTarget("x86-64-linux-avx-avx2-f16c-fma-sse41");
-
-// Environment variables set for one test and restored after it.
-class ScopedEnv {
-public:
-  ScopedEnv(const char *name, const char *value) : name_(name) {
-    const char *old = std::getenv(name);
-    had_ = old != nullptr;
-    if (had_)
-      old_ = old;
-    if (value)
-      setenv(name, value, 1);
-    else
-      unsetenv(name);
-  }
-  ~ScopedEnv() {
-    if (had_)
-      setenv(name_.c_str(), old_.c_str(), 1);
-    else
-      unsetenv(name_.c_str());
-  }
-
-private:
-  std::string name_, old_;
-  bool had_ = false;
-};
 
 class HkfacPlugin : public ::testing::Test {
 protected:

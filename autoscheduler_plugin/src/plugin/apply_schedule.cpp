@@ -146,8 +146,18 @@ public:
       stage(s).vectorize(var(v, rvar));
     else if (w == "unscheduled")
       stage(s).unscheduled();
+    else if (w == "gpu_blocks")
+      stage(s).gpu_blocks(var(v, rvar));
+    else if (w == "gpu_threads")
+      stage(s).gpu_threads(var(v, rvar));
     else
       stage(s).unroll(var(v, rvar));
+  }
+  // A Func staged per GPU block: its storage in the block's shared memory.
+  void store_in_shared() {
+    src_ << "    " << name_ << ".store_in(MemoryType::GPUShared);\n";
+    if (apply_)
+      func_.store_in(MemoryType::GPUShared);
   }
   void compute_root() {
     src_ << "    " << name_ << ".compute_root();\n";
@@ -247,6 +257,139 @@ void schedule_updates(Writer &w, const FuncNode &f, const FuncChoice &c, const F
   }
 }
 
+// GPU targets: the loops of one stage of a device Root Func (FuncChoice::gpu). Dimensions 0
+// and 1 (where the stage has them as pure loops) split by the block's extent, whose inner loop
+// splits again by the thread count when each thread computes a register tile: `d_r` (unrolled,
+// strided by the thread count so a warp's lanes stay neighbours), `d_t` (threads), `d_o`
+// (blocks). They are split even where one block covers the estimated region, so that thread
+// loops have constant extents at any size. Higher pure dimensions are fused into one block
+// loop. RVars (updates) run serially in each thread, inside the thread loops and outside the
+// register tile. Returns false, issuing nothing, for an update without a pure loop over
+// dimension 0 or 1: that stays a host loop.
+bool schedule_device_stage(Writer &w, const FuncNode &f, const FuncChoice &c, const FuncModel &m,
+                           int s) {
+  const StageNode &st = f.stages[s];
+  const auto &args = f.func.args();
+  auto pure = [&](int d) {
+    if (s == 0)
+      return d < f.dims;
+    for (const LoopDim &l : st.loops)
+      if (!l.is_rvar && l.pure_arg == d)
+        return true;
+    return false;
+  };
+  if (!pure(0) && !pure(1))
+    return false;
+  const TailStrategy guard = TailStrategy::GuardWithIf;
+  std::vector<std::pair<std::string, bool>> regs, rvars, threads, blocks;
+  for (int d = 0; d < 2; ++d) {
+    if (!pure(d))
+      continue;
+    const std::string a = args[d];
+    w.split(s, a, false, a + "_o", a + "_i", c.tile[d],
+            s == 0 ? pure_tail(f, m.region[d].extent(), c.tile[d]) : guard);
+    blocks.push_back({a + "_o", false});
+    const int t = static_cast<int>(m.threads[d]);
+    if (c.reg[d] > 1) {
+      w.split(s, a + "_i", false, a + "_r", a + "_t", t, guard);
+      regs.push_back({a + "_r", false});
+      threads.push_back({a + "_t", false});
+    } else {
+      threads.push_back({a + "_i", false});
+    }
+  }
+  std::string higher;
+  for (int d = 2; d < f.dims; ++d) {
+    if (!pure(d))
+      continue;
+    if (higher.empty()) {
+      higher = args[d];
+    } else {
+      const std::string fused = args[d] + "_" + higher;
+      w.fuse(s, higher, args[d], fused);
+      higher = fused;
+    }
+  }
+  if (!higher.empty())
+    blocks.push_back({higher, false});
+  for (const LoopDim &l : st.loops)
+    if (l.is_rvar)
+      rvars.push_back({l.var, true});
+  std::vector<std::pair<std::string, bool>> order = regs;
+  order.insert(order.end(), rvars.begin(), rvars.end());
+  order.insert(order.end(), threads.begin(), threads.end());
+  order.insert(order.end(), blocks.begin(), blocks.end());
+  w.reorder(s, order);
+  for (const auto &v : regs)
+    w.loop_type(s, v.first, false, "unroll");
+  for (const auto &v : threads)
+    w.loop_type(s, v.first, false, "gpu_threads");
+  for (const auto &v : blocks)
+    w.loop_type(s, v.first, false, "gpu_blocks");
+  return true;
+}
+
+// GPU targets: a Func staged in a device Root Func's kernel. Per block it is computed by the
+// block's threads (its dimensions 0 and 1 split by the consumer's thread counts, the threads
+// outermost so each thread strides over the rest) into shared memory; per thread it runs
+// serially in the thread that needs it.
+void schedule_staged(Writer &w, const FuncNode &f, const FuncChoice &c, const FuncModel &site) {
+  if (c.at_level == kPerThread)
+    return;
+  w.store_in_shared();
+  const auto &args = f.func.args();
+  std::vector<std::pair<std::string, bool>> serial, threads;
+  for (int d = 0; d < std::min(f.dims, 2); ++d) {
+    const int t = static_cast<int>(site.threads[d]);
+    if (t <= 1) {
+      serial.push_back({args[d], false});
+      continue;
+    }
+    w.split(0, args[d], false, args[d] + "_s", args[d] + "_t", t, TailStrategy::GuardWithIf);
+    serial.push_back({args[d] + "_s", false});
+    threads.push_back({args[d] + "_t", false});
+  }
+  for (int d = 2; d < f.dims; ++d)
+    serial.push_back({args[d], false});
+  if (threads.empty()) // a block-wide producer with one thread: computed by thread 0
+    return;
+  std::vector<std::pair<std::string, bool>> order = serial;
+  order.insert(order.end(), threads.begin(), threads.end());
+  w.reorder(0, order);
+  for (const auto &v : threads)
+    w.loop_type(0, v.first, false, "gpu_threads");
+}
+
+// The loop of a device Root Func its producers are staged at: the innermost block loop, or the
+// innermost thread loop.
+std::string device_site_var(const FuncNode &f, const FuncChoice &c, SiteLevel level) {
+  const std::string a = f.func.args()[0];
+  if (level == kPerTile)
+    return a + "_o";
+  return a + (c.reg[0] > 1 ? "_t" : "_i");
+}
+
+// Applies one Func's decision on a GPU target.
+void apply_device(Writer &w, const PipelineAnalysis &dag, const State &state,
+                  const LoopNestModel &model, const FuncNode &f) {
+  const FuncChoice &c = state.choices[f.id];
+  const FuncModel &m = model.func(f.id);
+  if (c.placement == Placement::At) {
+    const FuncNode &site = dag.funcs[c.at_func];
+    w.compute_at(site.func, site.name,
+                 device_site_var(site, state.choices[c.at_func], c.at_level));
+    schedule_staged(w, f, c, model.func(c.at_func));
+  } else {
+    w.compute_root();
+  }
+  const bool device_root = c.placement == Placement::Root && c.gpu;
+  for (size_t s = 0; s < f.stages.size(); ++s) {
+    const bool on_device = device_root && schedule_device_stage(w, f, c, m, static_cast<int>(s));
+    if (!on_device && s > 0)
+      w.unscheduled(static_cast<int>(s));
+  }
+}
+
 } // namespace
 
 std::string apply_schedule(const PipelineAnalysis &dag, const State &state,
@@ -267,6 +410,11 @@ std::string apply_schedule(const PipelineAnalysis &dag, const State &state,
     w.begin(f.func, funcs.at(f.name).second);
     if (f.is_extern) {
       w.compute_root();
+      continue;
+    }
+    if (dag.gpu) {
+      apply_device(w, dag, state, model, f);
+      src << "\n";
       continue;
     }
     if (c.placement == Placement::At) {
@@ -317,13 +465,24 @@ std::string apply_schedule(const PipelineAnalysis &dag, const State &state,
   return src.str();
 }
 
-std::string apply_fallback(const std::vector<Function> &outputs) {
+std::string apply_fallback(const std::vector<Function> &outputs, bool gpu) {
   const auto funcs = pipeline_funcs(outputs);
   std::ostringstream src;
   Writer w(true, src);
   for (const auto &kv : funcs) {
-    w.begin(kv.second.first, kv.second.second);
+    const Function &f = kv.second.first;
+    w.begin(f, kv.second.second);
     w.compute_root();
+    if (!gpu || f.has_extern_definition() || f.args().empty())
+      continue;
+    const auto &args = f.args();
+    w.split(0, args[0], false, args[0] + "_o", args[0] + "_i", 64, TailStrategy::GuardWithIf);
+    w.loop_type(0, args[0] + "_i", false, "gpu_threads");
+    w.loop_type(0, args[0] + "_o", false, "gpu_blocks");
+    if (args.size() > 1)
+      w.loop_type(0, args[1], false, "gpu_blocks");
+    for (size_t u = 0; u < f.updates().size(); ++u)
+      w.unscheduled(static_cast<int>(u) + 1);
   }
   return src.str();
 }

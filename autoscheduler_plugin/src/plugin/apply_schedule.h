@@ -20,8 +20,12 @@ std::string apply_schedule(const PipelineAnalysis &dag, const State &state,
                            const std::vector<Halide::Internal::Function> &outputs, bool apply);
 
 // The fallback: every Func that may be scheduled at root, nothing else (the plain schedule the
-// tests use as a reference). Applied and printed like apply_schedule.
-std::string apply_fallback(const std::vector<Halide::Internal::Function> &outputs);
+// tests use as a reference). On a GPU target (`gpu`) each pure definition with a dimension runs
+// on the device: dimension 0 in blocks of 64 threads, dimension 1 as a grid dimension, the rest
+// host loops around the launch; updates and extern stages stay on the host. Applied and printed
+// like apply_schedule.
+std::string apply_fallback(const std::vector<Halide::Internal::Function> &outputs,
+                           bool gpu = false);
 
 // Snapshots of every Func's schedules, to undo a half-applied schedule before the fallback.
 class ScheduleSnapshot {

@@ -47,21 +47,20 @@ void write_top_k(const Parameters &params, const PipelineAnalysis &dag, const Se
 void autoschedule(const Pipeline &pipeline, const Target &target, const MachineParams &mp,
                   AutoSchedulerResults *results) {
   const auto t0 = Clock::now();
-  const Parameters params = Parameters::from(mp);
+  const Parameters params = Parameters::from(mp, target);
   std::vector<Function> outputs;
   for (const Func &f : pipeline.outputs())
     outputs.push_back(f.function());
   results->scheduler_name = "Hkfac";
   results->target = target;
   results->machine_params_string = mp.to_string();
-  input_check(!target.has_gpu_feature())
-      << "Hkfac: GPU targets are not supported yet (target " << target.to_string() << ")\n";
-
   ScheduleSnapshot snapshot(outputs);
   try {
     if (params.inject_failure == "analysis")
       plugin_check(false) << "injected failure in the analysis (HKFAC_INJECT_FAILURE)";
     PipelineAnalysis dag(outputs, target);
+    dag.gpu_shared_bytes = params.gpu_shared_bytes;
+    dag.gpu_thread_bytes = params.gpu_thread_bytes;
     const double analysis_s = seconds_since(t0);
     if (params.debug >= 2) {
       std::string names;
@@ -99,9 +98,10 @@ void autoschedule(const Pipeline &pipeline, const Target &target, const MachineP
       what.pop_back();
     std::replace(what.begin(), what.end(), '\n', ' ');
     std::cerr << "Warning: Hkfac autoscheduler failed (" << what
-              << "); applying the fallback schedule (every Func at root)\n";
+              << "); applying the fallback schedule (every Func at root"
+              << (params.gpu ? ", on the GPU" : "") << ")\n";
     snapshot.restore();
-    results->schedule_source = apply_fallback(outputs);
+    results->schedule_source = apply_fallback(outputs, params.gpu);
     results->featurization.clear();
   }
 }

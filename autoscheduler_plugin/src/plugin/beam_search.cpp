@@ -10,6 +10,7 @@
 #include <sstream>
 
 #include "loop_nest_model.h"
+#include "gpu_search_space.h"
 #include "search_space.h"
 
 namespace hkfac::sched {
@@ -17,6 +18,14 @@ namespace hkfac::sched {
 namespace {
 
 using Clock = std::chrono::steady_clock;
+
+// The candidate decisions for one Func on the pipeline's target.
+std::vector<FuncChoice> choices(const PipelineAnalysis &dag, const State &state,
+                                const LoopNestModel &model, int id, const Parameters &params,
+                                bool coarse, const std::set<PlacementKey> &allowed) {
+  return params.gpu ? gpu_func_choices(dag, state, model, id, params, coarse, allowed)
+                    : func_choices(dag, state, model, id, params, coarse, allowed);
+}
 
 struct Pass {
   bool coarse = false;
@@ -45,9 +54,9 @@ std::vector<StatePtr> run_pass(const PipelineAnalysis &dag, CostModel &model,
       for (const StatePtr &s : beam) {
         LoopNestModel parent(dag, *s);
         std::vector<FuncChoice> options =
-            func_choices(dag, *s, parent, id, space, pass.coarse, keys);
+            choices(dag, *s, parent, id, space, pass.coarse, keys);
         if (options.empty() && !keys.empty())
-          options = func_choices(dag, *s, parent, id, space, pass.coarse, kAnything);
+          options = choices(dag, *s, parent, id, space, pass.coarse, kAnything);
         for (FuncChoice &c : options) {
           auto child = std::make_shared<State>(*s);
           child->choices[id] = std::move(c);

@@ -17,14 +17,13 @@ using namespace hkfac::cost_model;
 
 namespace {
 
-constexpr int kS = kCpuFeatureCount;
 constexpr int kMaxBatch = 1024;
 
 } // namespace
 
 CostModel::CostModel(const PipelineAnalysis &dag, const Parameters &params)
-    : dag_(dag), params_(params) {
-  weights_ = load_plugin_weights(params, kS, source_);
+    : dag_(dag), params_(params), S_(schedule_feature_count(params)) {
+  weights_ = load_plugin_weights(params, S_, source_);
 
   pipeline_features_ = Buffer<float>(kPipelineFeatureRows, kPipelineFeatureTypes, dag.num_stages);
   int s = 0;
@@ -42,7 +41,7 @@ void CostModel::evaluate(std::vector<State *> &states) {
   for (size_t first = 0; first < states.size(); first += kMaxBatch) {
     const int batch = static_cast<int>(std::min<size_t>(kMaxBatch, states.size() - first));
     auto t0 = std::chrono::steady_clock::now();
-    std::vector<float> rows(static_cast<size_t>(batch) * stages * kS);
+    std::vector<float> rows(static_cast<size_t>(batch) * stages * S_);
     std::vector<char> legal(batch, 1);
     parallel_for(batch, params_.threads, [&](int n) {
       const State &st = *states[first + n];
@@ -51,15 +50,14 @@ void CostModel::evaluate(std::vector<State *> &states) {
         legal[n] = 0;
         return;
       }
-      float *out = rows.data() + static_cast<size_t>(n) * stages * kS;
-      cpu_schedule_features(dag_, st, model, out);
-      machine_adjusted_features(params_, out, stages);
+      float *out = rows.data() + static_cast<size_t>(n) * stages * S_;
+      schedule_features(dag_, st, model, params_, out);
     });
-    Buffer<float> features(batch, kS, stages);
+    Buffer<float> features(batch, S_, stages);
     for (int n = 0; n < batch; ++n)
       for (int s = 0; s < stages; ++s)
-        for (int f = 0; f < kS; ++f)
-          features(n, f, s) = rows[(static_cast<size_t>(n) * stages + s) * kS + f];
+        for (int f = 0; f < S_; ++f)
+          features(n, f, s) = rows[(static_cast<size_t>(n) * stages + s) * S_ + f];
     auto t1 = std::chrono::steady_clock::now();
     Buffer<float> predictions(batch);
     kernels::cost_model_predict(pipeline_features_, features, weights_, params_.parallelism,

@@ -32,6 +32,7 @@ public:
 private:
   const PipelineAnalysis &dag_;
   const Parameters &params_;
+  const int S_; // schedule features per stage (schedule_feature_count)
   Buffer<float> pipeline_features_;
   kernels::CostModelWeights weights_;
   std::string source_;

@@ -19,6 +19,10 @@ bool shifts_inwards(const FuncNode &f, double extent, double factor) {
   return !f.reads_input && extent >= factor;
 }
 
+double gpu_threads_along(const FuncChoice &c, int d, double extent) {
+  return std::max(1.0, std::min<double>(c.threads[d], std::ceil(extent / c.reg[d])));
+}
+
 std::vector<int> split_dims_outermost_first(const FuncChoice &c, const Box &region) {
   std::vector<int> dims;
   for (int d = static_cast<int>(region.size()) - 1; d >= 0; --d)
@@ -37,6 +41,17 @@ LoopNestModel::LoopNestModel(const PipelineAnalysis &dag, const State &state)
 bool LoopNestModel::has_site(int consumer, SiteLevel level) const {
   const FuncChoice &c = state_.choices[consumer];
   if (!funcs_[consumer].computed)
+    return false;
+  if (dag_.gpu) {
+    // Producers are staged at a device Root Func's block loop (kPerTile) or, where each thread
+    // computes one point (no register tile), at its thread loop; nothing nests in At Funcs.
+    if (c.placement != Placement::Root || !c.gpu)
+      return false;
+    if (level == kPerThread)
+      return c.reg[0] == 1 && c.reg[1] == 1;
+    return level == kPerTile && !split_dims_outermost_first(c, funcs_[consumer].region).empty();
+  }
+  if (level == kPerThread)
     return false;
   if (c.placement == Placement::At) {
     // An At Func's row loop (its dimension 1 and above fixed), where it has rows and no update
@@ -82,6 +97,12 @@ Box LoopNestModel::outer_box(int consumer) const {
 
 Box LoopNestModel::site_box(int consumer, SiteLevel level) const {
   const FuncChoice &c = state_.choices[consumer];
+  if (level == kPerThread) { // one point of a block's tile
+    Box b = tiles_box(consumer, SIZE_MAX);
+    for (Span &sp : b)
+      sp.max = sp.min;
+    return b;
+  }
   if (c.placement == Placement::At) {
     Box b = funcs_[consumer].region;
     for (size_t d = 1; d < b.size(); ++d)
@@ -125,6 +146,37 @@ bool LoopNestModel::need_at_site(int producer, int site_func, SiteLevel level, B
     }
   }
   return !need.empty();
+}
+
+bool LoopNestModel::model_device(int id) {
+  const FuncChoice &c = state_.choices[id];
+  FuncModel &m = funcs_[id];
+  const double bytes = box_points(m.region) * dag_.funcs[id].bytes_per_point;
+  if (c.placement == Placement::Root && c.gpu) {
+    m.on_device = true;
+    m.blocks = m.tiles;
+    for (int d = 0; d < 2 && d < static_cast<int>(m.inner.size()); ++d)
+      m.threads[d] = gpu_threads_along(c, d, m.inner[d]);
+    return true;
+  }
+  if (c.placement != Placement::At)
+    return true;
+  // Staged in a kernel: per block in shared memory, whose share per block is limited, or per
+  // thread, where it must stay small enough for registers and local memory.
+  FuncModel &site = funcs_[c.at_func];
+  m.on_device = true;
+  m.blocks = site.blocks;
+  m.threads = site.threads;
+  if (c.at_level == kPerThread) {
+    m.threads = {1, 1};
+    if (bytes > dag_.gpu_thread_bytes)
+      legal_ = false;
+  } else {
+    site.staged_bytes += bytes;
+    if (site.staged_bytes > dag_.gpu_shared_bytes || dag_.funcs[id].stages.size() > 1)
+      legal_ = false;
+  }
+  return legal_;
 }
 
 void LoopNestModel::model_func(int id) {
@@ -188,13 +240,15 @@ void LoopNestModel::model_func(int id) {
       for (size_t d = 1; d < site.region.size(); ++d)
         iterations *= std::max(1.0, site.region[d].extent());
     const std::vector<int> split = split_dims_outermost_first(sc, site.region);
-    const size_t count = c.at_level == kPerTask ? sc.parallel_dims : split.size();
+    const size_t count = c.at_level == kPerTask ? static_cast<size_t>(sc.parallel_dims) : split.size();
     for (size_t i = 0; i < count && i < split.size(); ++i) {
       const double e = std::ceil(site.region[split[i]].extent() / sc.tile[split[i]]);
       iterations *= e;
       if (i + 1 < split.size())
         outer_iterations *= e;
     }
+    if (c.at_level == kPerThread)
+      iterations *= site.threads[0] * site.threads[1];
     m.realizations = site.realizations * iterations;
     storages = c.store_outer ? site.realizations * outer_iterations : m.realizations;
     m.outer_parallelism = site.outer_parallelism * site.tasks;
@@ -219,6 +273,8 @@ void LoopNestModel::model_func(int id) {
   }
   if (c.vectorize && f.dims > 0 && m.inner[0] >= f.vector_width)
     m.vector_width = f.vector_width;
+  if (dag_.gpu && !model_device(id))
+    return;
   // Along each dimension: whole tiles, and whole vectors inside them, where splits shift inwards.
   // Stored outer, the tiles of one iteration of the loop around them together compute its outer
   // region once (the sliding window), counted per realization as the average.

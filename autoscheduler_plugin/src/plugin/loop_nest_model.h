@@ -1,6 +1,7 @@
 // The loop nest a (partial) schedule implies, in numbers: regions, trip counts, parallelism.
 #pragma once
 
+#include <array>
 #include <vector>
 
 #include "pipeline_analysis.h"
@@ -30,6 +31,11 @@ struct FuncModel {
   Box storage;               // the allocation: the region, or outer_region when stored outer
   Box outer_region;          // At per tile: what one iteration of the loop around the tile loop
                              // needs of it (a sliding window's whole extent)
+  // GPU targets: the stage runs as a kernel (a device Root Func, or one staged At in it).
+  bool on_device = false;
+  double blocks = 1;         // blocks per launch (device Root), or of the kernel it is staged in
+  std::array<double, 2> threads{1, 1}; // threads of a block along dimensions 0 and 1
+  double staged_bytes = 0;   // a device Root Func: the producers staged per block (shared memory)
 };
 
 class LoopNestModel {
@@ -60,12 +66,17 @@ private:
   bool need_at_site(int producer, int site_func, SiteLevel level, Box &need, int depth,
                     bool outer) const;
   void model_func(int id);
+  // GPU targets: a decided Func's kernel and the device limits it must keep; false if illegal.
+  bool model_device(int id);
 
   const PipelineAnalysis &dag_;
   const State &state_;
   std::vector<FuncModel> funcs_;
   bool legal_ = true;
 };
+
+// The thread count of a block along a device Root Func's dimension d (0 or 1) over `extent`.
+double gpu_threads_along(const FuncChoice &c, int d, double extent);
 
 // Whether a pure definition's split of a dimension with this extent shifts its last split
 // inwards (ShiftInwards, computing the overlap twice) rather than guarding it (GuardWithIf):

@@ -45,7 +45,7 @@ double env_double(const char *name, double def, double lo, double hi) {
 
 } // namespace
 
-Parameters Parameters::from(const Halide::MachineParams &mp) {
+Parameters Parameters::from(const Halide::MachineParams &mp, const Halide::Target &target) {
   Parameters p;
   input_check(mp.parallelism >= 1 && mp.parallelism <= 4096)
       << "Hkfac: machine_params parallelism " << mp.parallelism << " is not in [1, 4096]\n";
@@ -106,6 +106,11 @@ Parameters Parameters::from(const Halide::MachineParams &mp) {
                 p.inject_failure == "apply")
         << "Hkfac: HKFAC_INJECT_FAILURE=\"" << f << "\" is not analysis, search or apply\n";
   }
+  p.gpu = target.has_gpu_feature();
+  p.gpu_max_threads = static_cast<int>(env_int("HKFAC_GPU_MAX_THREADS", 1024, 32, 4096));
+  p.gpu_shared_bytes = env_double("HKFAC_GPU_SHARED_BYTES", 48 * 1024, 0, 1 << 30);
+  p.gpu_thread_bytes = env_double("HKFAC_GPU_THREAD_BYTES", 512, 0, 1 << 20);
+  p.gpu_sms = static_cast<int>(env_int("HKFAC_GPU_SMS", mp.parallelism, 1, 4096));
   return p;
 }
 

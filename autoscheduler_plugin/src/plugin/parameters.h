@@ -59,7 +59,16 @@ struct Parameters {
   unsigned placements = kPlaceDefault; // HKFAC_PLACEMENTS: root,inline,tile,task,slide,nest,reorder,rsplit, all
   std::string inject_failure;  // HKFAC_INJECT_FAILURE (tests): analysis|search|apply
 
-  static Parameters from(const Halide::MachineParams &params);
+  // GPU targets (any GPU feature): the device's limits. MachineParams' parallelism counts the
+  // streaming multiprocessors there (Li2018 reads it the same way).
+  bool gpu = false;
+  int gpu_max_threads = 1024;     // HKFAC_GPU_MAX_THREADS: threads per block
+  double gpu_shared_bytes = 48 * 1024; // HKFAC_GPU_SHARED_BYTES: shared memory per block
+  double gpu_thread_bytes = 512;  // HKFAC_GPU_THREAD_BYTES: one thread's staged producers
+  int gpu_sms = 16;               // HKFAC_GPU_SMS, else MachineParams' parallelism
+
+  static Parameters from(const Halide::MachineParams &params,
+                         const Halide::Target &target = Halide::get_host_target());
 };
 
 // A line on stderr when `level` <= HL_DEBUG_AUTOSCHEDULE.

@@ -160,7 +160,7 @@ private:
 } // namespace
 
 PipelineAnalysis::PipelineAnalysis(const std::vector<Function> &outputs, const Target &target)
-    : target_(target) {
+    : gpu(target.has_gpu_feature()), target_(target) {
   std::map<std::string, Function> env = build_environment(outputs);
   std::vector<std::string> order = realization_order(outputs, env).first;
   FuncValueBounds value_bounds = compute_function_value_bounds(order, env);

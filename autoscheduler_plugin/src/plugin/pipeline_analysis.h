@@ -92,6 +92,9 @@ public:
 
   std::vector<FuncNode> funcs; // realization order: producers first
   int num_stages = 0;
+  // GPU targets: the device limits the loop-nest model holds schedules to (Parameters).
+  bool gpu = false;
+  double gpu_shared_bytes = 48 * 1024, gpu_thread_bytes = 512;
   const Halide::Target &target() const { return target_; }
   // The region of `access`'s producer that a stage with `box_values` (StageNode::box_values)
   // needs; `fallback` when the bounds did not compile.

@@ -10,6 +10,56 @@ namespace hkfac::sched {
 
 using namespace hkfac::cost_model;
 
+namespace {
+
+// The GPU prior: until weights are trained on GPU timings (weights/README.md), a GPU target's
+// default model is the network with every coefficient fixed (no dependence on the features'
+// embeddings): the predicted runtime is a hand-weighted sum of the GPU cost terms
+// (generators/cost_model.h, gpu_cost_terms), in units of one point's work on one SM slot.
+Weights gpu_prior_weights() {
+  // One coefficient per cost term, in gpu_cost_terms' order.
+  static const float kCoefficients[kConv1Channels] = {
+      1.0f,    // 0 points
+      0.0f,    // 1 warp instructions (in 0)
+      1.0f,    // 2 idle lanes
+      0.0f,    // 3 recompute (in 0)
+      0.5f,    // 4 inlined calls
+      2.0f,    // 5 global load sectors
+      1.0f,    // 6 uncoalesced loads
+      2.0f,    // 7 global store sectors
+      1.0f,    // 8 uncoalesced stores
+      0.25f,   // 9 shared load wavefronts
+      0.25f,   // 10 shared store wavefronts
+      0.5f,    // 11 bank conflicts
+      0.0f,    // 12 register reuse
+      0.1f,    // 13 broadcasts
+      0.0f,    // 14 lines per block (in 15)
+      1.0f,    // 15 distinct sectors read
+      0.5f,    // 16 all sectors read
+      1.0f,    // 17 sectors written
+      0.1f,    // 18 staging traffic
+      4000.0f, // 19 launches (a few microseconds each)
+      200.0f,  // 20 waves
+      0.5f,    // 21 idle SM slots in the last wave
+      0.5f,    // 22 latency low occupancy leaves exposed
+      2.0f,    // 23 barriers
+      4.0f,    // 24 spills
+      0.2f,    // 25 register pressure
+      0.2f,    // 26 shared-memory pressure
+      0.2f,    // 27 L2 pressure
+      0.2f,    // 28 per-block working set
+      500.0f,  // 29 allocations
+      0.5f,    // 30 pages allocated
+      0.05f,   // 31 loop entries
+  };
+  Weights w = make_weights(kGpuScheduleFeatures);
+  for (int i = 0; i < kConv1Channels; ++i)
+    w.conv1_bias(i) = kCoefficients[i];
+  return w;
+}
+
+} // namespace
+
 kernels::CostModelWeights load_plugin_weights(const Parameters &params, int schedule_features,
                                               std::string &source) {
   Weights w;
@@ -28,6 +78,9 @@ kernels::CostModelWeights load_plugin_weights(const Parameters &params, int sche
       input_check(false) << "Hkfac: HL_WEIGHTS_DIR: " << e.what() << hint << "\n";
     }
     source = params.weights_path;
+  } else if (schedule_features == kGpuScheduleFeatures) {
+    w = gpu_prior_weights();
+    source = "the GPU prior (hand-set cost-term coefficients; no GPU-trained weights yet)";
   } else {
     try {
       w = parse_weights(embedded_baseline_weights(), embedded_baseline_weights_size(),

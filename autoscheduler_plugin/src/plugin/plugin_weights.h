@@ -8,7 +8,8 @@
 
 namespace hkfac::sched {
 
-// HL_RANDOMIZE_WEIGHTS, else HL_WEIGHTS_DIR, else the embedded baseline, validated for S schedule
+// HL_RANDOMIZE_WEIGHTS, else HL_WEIGHTS_DIR, else the embedded baseline (S = 39) or the GPU
+// prior (S = 73: fixed coefficients on the GPU cost terms), validated for S schedule
 // features and our feature versions (HKFAC_ALLOW_VERSION_MISMATCH=1 accepts others). A file that
 // fails validation is an InputError carrying the reader's message. `source` says which was used.
 kernels::CostModelWeights load_plugin_weights(const Parameters &params, int schedule_features,

@@ -6,6 +6,7 @@
 #include <cstring>
 
 #include "cost_model_features.h"
+#include "gpu_features.h"
 #include "update_nest.h"
 
 namespace hkfac::sched {
@@ -21,7 +22,8 @@ constexpr int kS = kCpuFeatureCount;
 constexpr double kReferenceCache = 8.0 * 1024 * 1024;
 constexpr double kReferenceBalance = 40;
 
-// Distinct bytes and cache lines of a box of elements `elem_bytes` wide (dimension 0 contiguous).
+} // namespace
+
 void footprint(const Box &b, int elem_bytes, double &bytes, double &lines) {
   if (b.empty()) {
     bytes = elem_bytes;
@@ -36,7 +38,6 @@ void footprint(const Box &b, int elem_bytes, double &bytes, double &lines) {
   lines = std::ceil(row / kLine + 1) * rows;
 }
 
-// The bytes and lines a stage reads from every producer over the box `stage_box` of its Func.
 void reads(const PipelineAnalysis &dag, const LoopNestModel &model, const StageNode &s,
            const Box &stage_box, double &bytes, double &lines, double &alloc_bytes) {
   bytes = lines = alloc_bytes = 0;
@@ -52,8 +53,6 @@ void reads(const PipelineAnalysis &dag, const LoopNestModel &model, const StageN
       alloc_bytes += box_points(model.func(a.producer).storage) * dag.funcs[a.producer].bytes_per_point;
   }
 }
-
-} // namespace
 
 void cpu_schedule_features(const PipelineAnalysis &dag, const State &state,
                            const LoopNestModel &model, float *out) {
@@ -239,18 +238,27 @@ void machine_adjusted_features(const Parameters &params, float *f, int stages) {
   }
 }
 
+void schedule_features(const PipelineAnalysis &dag, const State &state,
+                       const LoopNestModel &model, const Parameters &params, float *out) {
+  if (params.gpu) {
+    gpu_schedule_features(dag, state, model, params, out);
+    return;
+  }
+  cpu_schedule_features(dag, state, model, out);
+  machine_adjusted_features(params, out, dag.num_stages);
+}
+
 std::vector<uint8_t> featurization_bytes(const PipelineAnalysis &dag, const State &state,
                                          const Parameters &params) {
   LoopNestModel model(dag, state);
-  std::vector<float> sched(static_cast<size_t>(dag.num_stages) * kCpuFeatureCount);
-  cpu_schedule_features(dag, state, model, sched.data());
-  machine_adjusted_features(params, sched.data(), dag.num_stages);
+  const int S = schedule_feature_count(params);
+  std::vector<float> sched(static_cast<size_t>(dag.num_stages) * S);
+  schedule_features(dag, state, model, params, sched.data());
   std::vector<float> all;
   int row = 0;
   for (const FuncNode &f : dag.funcs) {
     for (const StageNode &s : f.stages) {
-      all.insert(all.end(), sched.begin() + row * kCpuFeatureCount,
-                 sched.begin() + (row + 1) * kCpuFeatureCount);
+      all.insert(all.end(), sched.begin() + row * S, sched.begin() + (row + 1) * S);
       for (int v : s.features)
         all.push_back(static_cast<float>(v));
       ++row;

@@ -9,6 +9,14 @@
 
 namespace hkfac::sched {
 
+// Distinct bytes and cache lines of a box of elements `elem_bytes` wide (dimension 0 contiguous).
+void footprint(const Box &b, int elem_bytes, double &bytes, double &lines);
+
+// The bytes and lines a stage reads from every producer over the box `stage_box` of its Func,
+// and the bytes of the producers' allocations it reads from.
+void reads(const PipelineAnalysis &dag, const LoopNestModel &model, const StageNode &s,
+           const Box &stage_box, double &bytes, double &lines, double &alloc_bytes);
+
 // Writes S = 39 features per stage, stage-major (stage s's feature f at out[s * 39 + f]), for
 // every stage of the pipeline in realization order (the order of the .featurization file).
 // The features are defined, one comment each, in generators/cost_model_features.h (CpuFeature);
@@ -20,9 +28,17 @@ void cpu_schedule_features(const PipelineAnalysis &dag, const State &state,
 // size and balance folded in (stage-major rows of 39, as cpu_schedule_features writes them).
 void machine_adjusted_features(const Parameters &params, float *stage_features, int stages);
 
-// The featurization file of a complete schedule: per stage, the 39 schedule features as the
-// network sees them (machine_adjusted_features) then the 287 algorithm features, float32 (the
-// layout Halide 14's .featurization uses), so a sample trains exactly what the search scores.
+// The number of schedule features on the target: 39 on CPUs, 73 on GPUs.
+inline int schedule_feature_count(const Parameters &params) { return params.gpu ? 73 : 39; }
+
+// The schedule features as the network sees them on the target: machine-adjusted CPU features,
+// or the GPU features (gpu_features.h), schedule_feature_count(params) per stage.
+void schedule_features(const PipelineAnalysis &dag, const State &state,
+                       const LoopNestModel &model, const Parameters &params, float *out);
+
+// The featurization file of a complete schedule: per stage, the schedule features as the
+// network sees them (schedule_features) then the 287 algorithm features, float32 (the layout
+// Halide 14's .featurization uses), so a sample trains exactly what the search scores.
 std::vector<uint8_t> featurization_bytes(const PipelineAnalysis &dag, const State &state,
                                          const Parameters &params);
 

@@ -1,6 +1,7 @@
 // A point of the search space: where and how each Func is computed.
 #pragma once
 
+#include <array>
 #include <cstdint>
 #include <memory>
 #include <vector>
@@ -14,6 +15,10 @@ enum SiteLevel : uint8_t {
   kPerTile = 0, // a Root consumer's innermost tile loop (one realization per tile); an At
                 // consumer's row loop (one realization per row of its region, dimension 1)
   kPerTask = 1, // a Root consumer's parallel loop: one realization per task (a strip of tiles)
+  // On a GPU target kPerTile is a device Root consumer's innermost block loop (the producer is
+  // staged in shared memory, computed by the block's threads), and this one its innermost thread
+  // loop (the producer is computed by each thread for its own points, in registers).
+  kPerThread = 2,
 };
 
 // How the loops of a Func's update stages are ordered (FuncChoice::update_order); the update_nest
@@ -55,12 +60,21 @@ struct FuncChoice {
   int update_rows = 1;
   UpdateOrder update_order = kRVarsInner;
   int rvar_split = 1; // kRVarSplit's factor
+  // GPU targets (gpu_search_space.h). A device Root Func's `tile` is one block's extent per
+  // dimension (1 beyond dimension 1: the higher dimensions are block loops whole); each block
+  // runs threads[0] x threads[1] threads over dimensions 0 and 1, and each thread computes
+  // reg[0] x reg[1] points, unrolled (register tiling), strided by the thread count so that a
+  // warp's lanes touch neighbouring points. A Root Func with `gpu` false stays on the host.
+  bool gpu = false;
+  std::array<int, 2> threads{1, 1};
+  std::array<int, 2> reg{1, 1};
 
   bool operator==(const FuncChoice &o) const {
     return placement == o.placement && at_func == o.at_func && at_level == o.at_level &&
            store_outer == o.store_outer && tile == o.tile && parallel_dims == o.parallel_dims && vectorize == o.vectorize &&
            unroll_rvars == o.unroll_rvars && update_rows == o.update_rows &&
-           update_order == o.update_order && rvar_split == o.rvar_split;
+           update_order == o.update_order && rvar_split == o.rvar_split && gpu == o.gpu &&
+           threads == o.threads && reg == o.reg;
   }
 };
 

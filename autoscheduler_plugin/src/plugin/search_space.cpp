@@ -12,7 +12,8 @@ namespace {
 
 constexpr size_t kMaxTilings = 48;
 
-// Consumers of `id` that are computed (following inlined ones to theirs).
+} // namespace
+
 bool computed_consumers(const PipelineAnalysis &dag, const State &state, int id,
                         std::vector<int> &out, int depth) {
   if (depth > 64)
@@ -30,6 +31,8 @@ bool computed_consumers(const PipelineAnalysis &dag, const State &state, int id,
   }
   return true;
 }
+
+namespace {
 
 std::vector<double> factors(double extent, double base, bool coarse) {
   std::vector<double> f{extent};

@@ -16,6 +16,11 @@ namespace hkfac::sched {
 using PlacementKey = std::tuple<int, int, int, bool>; // placement, at_func, at_level, store_outer
 PlacementKey placement_key(const FuncChoice &c);
 
+// The computed Funcs that read Func `id` (following inlined consumers to theirs), in `out`;
+// false while one of them is undecided.
+bool computed_consumers(const PipelineAnalysis &dag, const State &state, int id,
+                        std::vector<int> &out, int depth = 0);
+
 // The candidate decisions for Func `id` in `state` (whose Funcs after `id` are decided; `model`
 // is that state's loop-nest model):
 //  - inline, where Halide allows it;
