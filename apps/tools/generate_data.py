@@ -324,6 +324,10 @@ def main():
     p.add_argument("--bench-timeout", type=float, default=60)
     p.add_argument("--bench-min-time", type=float, default=0.1)
     p.add_argument("--retry-failed", action="store_true")
+    p.add_argument("--compile-only", action="store_true",
+                   help="search and compile, time nothing: each new schedule's directory keeps "
+                        "its benchmark and a PENDING file, for a machine that has the device "
+                        "(apps/tools/gpu_batch.py packs, runs and ingests them)")
     p.add_argument("--keep-bench", action="store_true",
                    help="keep each benchmark binary after its sample is written")
     p.add_argument("--cxx", default=shutil.which("c++") or "c++")
@@ -357,7 +361,7 @@ def main():
         rungen_objs = (rungen_object(args, args.out),
                        halide_runtime(args, args.out, pipelines[0].generator, target))
     total = len(pipelines) * args.schedules
-    made = skipped = failed = duplicates = 0
+    made = skipped = failed = duplicates = pending = 0
     checked = None
     bench_seconds = compile_seconds = 0.0
     start = time.monotonic()
@@ -375,7 +379,10 @@ def main():
                 seen.setdefault(digest(os.path.join(d, f"{pipeline.name}_s{k}.featurization")), k)
                 skipped += 1
                 continue
-            if os.path.exists(os.path.join(d, "DUPLICATE")):
+            if os.path.exists(os.path.join(d, "DUPLICATE")) or os.path.exists(
+                    os.path.join(d, "PENDING")):
+                if os.path.exists(os.path.join(d, "PENDING")):
+                    seen.setdefault(digest(os.path.join(d, f"{pipeline.name}_s{k}.featurization")), k)
                 skipped += 1
                 continue
             if os.path.exists(os.path.join(d, "FAILED")):
@@ -403,6 +410,16 @@ def main():
                 if os.path.exists(os.path.join(d, "bench")):
                     os.remove(os.path.join(d, "bench"))
                 duplicates += 1
+                continue
+            if args.compile_only:
+                if os.path.getsize(feat) == 0:
+                    mark_failed(d, "empty featurization (the scheduler fell back)")
+                    failed += 1
+                    continue
+                with open(os.path.join(d, "PENDING"), "w") as f:
+                    f.write(f"{pipeline.id} {k}\n")
+                seen[key] = k
+                pending += 1
                 continue
             t0 = time.monotonic()
             ms = benchmark(args, d)
@@ -435,7 +452,8 @@ def main():
     elapsed = time.monotonic() - start
     lines = [f"pipelines: {len(pipelines)}, schedules each: {args.schedules}",
              f"samples made: {made}, duplicate schedules not timed: {duplicates}, "
-             f"skipped (done, duplicate or failed before): {skipped}, failed: {failed}",
+             f"skipped (done, duplicate or failed before): {skipped}, failed: {failed}"
+             + (f", compiled and pending a device: {pending}" if args.compile_only else ""),
              f"time: {elapsed:.0f} s ({made / max(elapsed, 1e-9) * 60:.2f} samples/min; "
              f"compile {compile_seconds:.0f} s summed over jobs, benchmark {bench_seconds:.0f} s)",
              f"writer check: {checked or 'no new sample'}"] + summary
