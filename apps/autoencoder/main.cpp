@@ -36,6 +36,9 @@ ABSL_FLAG(bool, multi_device, false,
           "K-FAC: data-parallel training across the ranks of an MPI job (mpirun -np N "
           "autoencoder --multi_device): --batch_size is the global batch, each rank steps on its "
           "share, rank 0 logs and writes the outputs");
+ABSL_FLAG(bool, serial_kernels, false,
+          "K-FAC: run every kernel and the factor inverses on the calling thread (one thread per "
+          "rank under mpirun)");
 ABSL_FLAG(bool, distributed_inverses, false,
           "K-FAC with --multi_device: each rank inverts a share of the curvature blocks and "
           "broadcasts them");
@@ -154,6 +157,19 @@ double loss_and_gradient(hkfac::kfac::Sequential &model, const hkfac::kfac::Valu
   grad = model.backward(losses.total_gradient() * inv_b);
   hkfac::kfac::axpy(static_cast<float>(l2), params, grad);
   return losses.total_values().mean() + 0.5 * l2 * hkfac::kfac::squared_norm(params);
+}
+
+// The payload each rank handed to the collectives per step, by phase, over the steps after the
+// first (the model behind RESULTS.md#mpi-k-fac).
+void report_traffic(const hkfac::kfac::Communicator &comm, int steps) {
+  double total = 0.0;
+  std::printf("communicated per step and rank, steps after the first (%d):", steps);
+  for (const auto &[phase, t] : comm.traffic()) {
+    std::printf("  %s %.0f B in %.2f calls,", phase.c_str(), double(t.bytes) / steps,
+                double(t.calls) / steps);
+    total += double(t.bytes) / steps;
+  }
+  std::printf("  total %.0f B\n", total);
 }
 
 // The flags a run's losses depend on, as "name=value" lines: saved with each checkpoint and
@@ -407,6 +423,7 @@ int run() {
     o.multi_device = comm != nullptr;
     o.communicator = comm;
     o.distributed_inverses = absl::GetFlag(FLAGS_distributed_inverses);
+    o.serial_kernels = absl::GetFlag(FLAGS_serial_kernels);
     if (absl::GetFlag(FLAGS_norm_constraint) > 0) {
       o.norm_constraint = absl::GetFlag(FLAGS_norm_constraint);
     }
@@ -446,6 +463,9 @@ int run() {
     };
     for (int s = first; s < first + steps; ++s) {
       const hkfac::kfac::StepStats st = opt.step(params, next_shard, v);
+      // The traffic report leaves out the first step's burn-in.
+      if (comm && s == first)
+        comm->reset_traffic();
       curve.push_back({s, elapsed(), st.loss});
       if (s % log_every == 0 || s + 1 == first + steps) {
         char rho[16] = "     -"; // computed only where adaptive damping needs it
@@ -470,6 +490,8 @@ int run() {
     }
     if (!save_path.empty())
       save();
+    if (comm && curve.size() > 1)
+      report_traffic(*comm, static_cast<int>(curve.size()) - 1);
   } else {
     Params velocity = hkfac::kfac::zeros_like(params), grad;
     hkfac::apps::Adam adam(lr);
