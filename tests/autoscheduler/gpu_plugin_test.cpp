@@ -223,6 +223,36 @@ TEST_F(HkfacGpuPlugin, SharedMemoryStagingKeepsToTheLimit) {
   EXPECT_GT(staged, 0) << "no random model staged a producer in shared memory";
 }
 
+// A histogram (a scatter: an associative, commutative update with no pure loop) runs its RVars
+// in atomic blocks and threads; a prefix scan over it (not commutative) stays on the host; a
+// float max-reduction with a pure loop runs in threads over it. All compile to CUDA.
+TEST_F(HkfacGpuPlugin, ScatterUpdatesAreAtomicAndScansStayOnTheHost) {
+  ImageParam in(Float(32), 2, "in");
+  Func hist("hist"), cdf("cdf"), colmax("colmax"), out("out");
+  Var x("x"), b("b");
+  RDom r(0, 300, 0, 200, "r");
+  hist(b) = 0;
+  hist(clamp(cast<int>(in(r.x, r.y) * 16.0f), 0, 15)) += 1;
+  RDom s(1, 15, "s");
+  cdf(b) = hist(b);
+  cdf(s) = cdf(s - 1) + hist(s);
+  RDom k(0, 200, "k");
+  colmax(x) = -1e30f;
+  colmax(x) = max(colmax(x), in(x, k));
+  out(x) = colmax(x) + cast<float>(cdf(x % 16));
+  in.set_estimates({{0, 300}, {0, 200}});
+  out.set_estimates({{0, 300}});
+  Pipeline p(out);
+  const AutoSchedulerResults res = p.auto_schedule("Hkfac", kCuda, machine());
+  const std::string &src = res.schedule_source;
+  EXPECT_NE(src.find("hist.update(0).atomic();"), std::string::npos) << src;
+  EXPECT_NE(src.find("hist.update(0).gpu_threads("), std::string::npos) << src;
+  EXPECT_NE(src.find("cdf.update(0).unscheduled();"), std::string::npos) << src;
+  EXPECT_EQ(src.find("cdf.update(0).atomic"), std::string::npos) << src;
+  EXPECT_NE(src.find("colmax.update(0).gpu_threads("), std::string::npos) << src;
+  compile(p, {in}, kCuda);
+}
+
 TEST_F(HkfacGpuPlugin, FallbackIsAGpuSchedule) {
   ScopedEnv f("HKFAC_INJECT_FAILURE", "search");
   Chain c(300, 200);

@@ -6,6 +6,7 @@
 #include <set>
 #include <sstream>
 
+#include "gpu_atomics.h"
 #include "loop_nest_model.h"
 #include "update_nest.h"
 
@@ -153,6 +154,12 @@ public:
     else
       stage(s).unroll(var(v, rvar));
   }
+  // An update whose writes are made atomic (gpu_atomics.h).
+  void atomic(int s) {
+    src_ << "    " << stage_text(s) << ".atomic();\n";
+    if (apply_)
+      stage(s).atomic();
+  }
   // A Func staged per GPU block: its storage in the block's shared memory.
   void store_in_shared() {
     src_ << "    " << name_ << ".store_in(MemoryType::GPUShared);\n";
@@ -264,8 +271,9 @@ void schedule_updates(Writer &w, const FuncNode &f, const FuncChoice &c, const F
 // (blocks). They are split even where one block covers the estimated region, so that thread
 // loops have constant extents at any size. Higher pure dimensions are fused into one block
 // loop. RVars (updates) run serially in each thread, inside the thread loops and outside the
-// register tile. Returns false, issuing nothing, for an update without a pure loop over
-// dimension 0 or 1: that stays a host loop.
+// register tile. An update without a pure loop over dimension 0 or 1 runs its RVars in blocks
+// and threads with atomic writes where gpu_atomic_launch allows; else this returns false,
+// issuing nothing, and it stays a host loop.
 bool schedule_device_stage(Writer &w, const FuncNode &f, const FuncChoice &c, const FuncModel &m,
                            int s) {
   const StageNode &st = f.stages[s];
@@ -278,9 +286,22 @@ bool schedule_device_stage(Writer &w, const FuncNode &f, const FuncChoice &c, co
         return true;
     return false;
   };
-  if (!pure(0) && !pure(1))
-    return false;
   const TailStrategy guard = TailStrategy::GuardWithIf;
+  if (!pure(0) && !pure(1)) {
+    const AtomicLaunch a = gpu_atomic_launch(f, st);
+    if (!a.ok)
+      return false;
+    w.atomic(s);
+    w.split(s, a.inner, true, a.inner + "_o", a.inner + "_i", a.threads, guard);
+    w.loop_type(s, a.inner + "_i", true, "gpu_threads");
+    if (a.outer.empty()) {
+      w.loop_type(s, a.inner + "_o", true, "gpu_blocks");
+    } else {
+      w.reorder(s, {{a.inner + "_o", true}, {a.inner + "_i", true}, {a.outer, true}});
+      w.loop_type(s, a.outer, true, "gpu_blocks");
+    }
+    return true;
+  }
   std::vector<std::pair<std::string, bool>> regs, rvars, threads, blocks;
   for (int d = 0; d < 2; ++d) {
     if (!pure(d))

@@ -5,6 +5,7 @@
 #include <cmath>
 
 #include "cost_model_features.h"
+#include "gpu_atomics.h"
 #include "schedule_features.h"
 
 namespace hkfac::sched {
@@ -101,7 +102,10 @@ void gpu_schedule_features(const PipelineAnalysis &dag, const State &state,
       for (const LoopDim &l : s.loops)
         pure01 = pure01 || (!l.is_rvar && l.pure_arg < 2);
       const bool staged = c.placement == Placement::At;
-      const bool device = m.on_device && (staged || pure01);
+      // A scatter update in atomic blocks and threads (gpu_atomics.h).
+      const AtomicLaunch atomic = !pure01 && m.on_device && !staged ? gpu_atomic_launch(f, s)
+                                                                    : AtomicLaunch{};
+      const bool device = m.on_device && (staged || pure01 || atomic.ok);
       const int site = staged ? c.at_func : id;
       double points = 1, rvar_points = 1;
       for (const LoopDim &l : s.loops) {
@@ -113,9 +117,9 @@ void gpu_schedule_features(const PipelineAnalysis &dag, const State &state,
       if (s.index == 0)
         points = m.points_computed;
       const double total = points * m.realizations;
-      const double blocks = device ? std::max(1.0, m.blocks) : 1;
+      const double blocks = atomic.ok ? atomic.blocks : device ? std::max(1.0, m.blocks) : 1;
       const double launches = device ? (staged ? 0 : m.realizations) : 0;
-      const double tpb = device ? m.threads[0] * m.threads[1] : 1;
+      const double tpb = atomic.ok ? atomic.threads : device ? m.threads[0] * m.threads[1] : 1;
       const double warps_pb = std::ceil(tpb / kWarp);
       const double kernel_launches = staged ? model.func(site).realizations : std::max(launches, 1.0);
       const double all_threads = kernel_launches * blocks * tpb;
@@ -136,7 +140,7 @@ void gpu_schedule_features(const PipelineAnalysis &dag, const State &state,
       const double serial = s.index > 0 ? rvar_points : per_thread;
       o[kGpuInnermostLoopExtent] = s.loops.empty() ? 1 : s.loops[0].is_rvar ? std::max(1.0, s.loops[0].rextent) : serial;
       o[kGpuInnermostPureLoopExtent] = per_thread / std::max(1.0, s.index > 0 ? rvar_points : 1.0);
-      o[kGpuUnrolledLoopExtent] = device && !staged ? c.reg[0] * c.reg[1] : 1;
+      o[kGpuUnrolledLoopExtent] = device && !staged && !atomic.ok ? c.reg[0] * c.reg[1] : 1;
       o[kGpuInnerParallelism] = device ? blocks * tpb : 1;
       o[kGpuOuterParallelism] = m.outer_parallelism;
       o[kGpuBytesAtRealization] = bytes_region;
@@ -174,7 +178,7 @@ void gpu_schedule_features(const PipelineAnalysis &dag, const State &state,
       o[kGpuTotalWarps] = kernel_launches * blocks * warps_pb;
       // Lanes idle in partial warps and in the last block along each dimension.
       double util = tpb / (warps_pb * kWarp);
-      if (device && !staged) {
+      if (device && !staged && !atomic.ok) {
         for (int d = 0; d < std::min(f.dims, 2); ++d) {
           const double e = std::max(1.0, m.region[d].extent());
           util *= e / (std::ceil(e / m.inner[d]) * m.inner[d]);
@@ -239,8 +243,10 @@ void gpu_schedule_features(const PipelineAnalysis &dag, const State &state,
       o[kGpuUniqueGlobalLinesReadPerBlock] = o[kGpuUniqueBytesReadPerBlock] / 128 + 1;
       const bool stores_global = !staged;
       o[kGpuGlobalStoresPerThread] = stores_global ? per_thread : 0;
-      o[kGpuGlobalStoreTransactionsPerAccess] = stores_global ? std::ceil(kWarp * elem / kSector) : 0;
-      o[kGpuGlobalStoreEfficiency] = 1;
+      // Atomic scatters: a sector per lane, of which the lane uses one value.
+      o[kGpuGlobalStoreTransactionsPerAccess] =
+          !stores_global ? 0 : atomic.ok ? kWarp : std::ceil(kWarp * elem / kSector);
+      o[kGpuGlobalStoreEfficiency] = atomic.ok ? elem / kSector : 1;
       o[kGpuGlobalBytesWrittenPerBlock] = stores_global ? bytes_tile : 0;
       o[kGpuGlobalBytesLoadedTotal] = gl_moved / kWarp * all_threads;
       o[kGpuSharedLoadsPerThread] = sl;
