@@ -36,8 +36,9 @@ struct Problem {
   int global_batch = 8;
   // Rows of each rank's shard (sums to global_batch); empty = equal shards.
   std::vector<int> shard_rows;
-  // A batch index whose example `bad_row` gets a NaN input, or -1.
+  // A batch index whose example `bad_row` gets `bad_value` as an input, or -1.
   int bad_batch = -1, bad_row = 0;
+  float bad_value = std::nanf("");
 
   int in_dim() const { return kind == conv ? 5 * 5 * 2 : 6; }
   int out_dim() const { return 3; }
@@ -72,7 +73,7 @@ struct Problem {
       b.targets = raw;
     }
     if (k == bad_batch)
-      b.inputs(bad_row, 0) = std::nanf("");
+      b.inputs(bad_row, 0) = bad_value;
     return b;
   }
   // This rank's rows of batch k.
@@ -294,6 +295,22 @@ TEST_F(DataParallel, ANonFiniteShardIsRejectedOnEveryRank) {
   EXPECT_TRUE(together.stats[4].rejected) << "rank " << world()->rank();
   EXPECT_EQ(together.stats.back().rejected_steps, 1);
   expect_same_training(alone, together, "a NaN on rank 1");
+}
+
+// An input of 1e20 saturates the tanh, so the loss and the gradient stay finite, but the first
+// layer's input factor (x xᵀ = 1e40) overflows: only the curvature check on rank 1 sees it, and
+// rank 0 must reject the step with it.
+TEST_F(DataParallel, OverflowingCurvatureOnOneRankIsRejectedOnEveryRank) {
+  Problem p;
+  p.bad_batch = 6;
+  p.bad_row = 6;
+  p.bad_value = 1e20f;
+  const OptimizerOptions o = fixed_steps(EstimationMode::fisher_exact);
+  const Trace alone = train(p, o, false), together = train(p, o, true);
+  ASSERT_TRUE(alone.stats[4].rejected) << "the reference must reject the batch at step 4";
+  ASSERT_TRUE(std::isfinite(alone.stats[4].loss)) << "the loss must pass, for the curvature check";
+  EXPECT_TRUE(together.stats[4].rejected) << "rank " << world()->rank();
+  expect_same_training(alone, together, "an overflow on rank 1");
 }
 
 // A run saved at step 10 (rank 0 writes) and resumed by new optimizers on every rank takes the
