@@ -8,6 +8,7 @@
 #include <functional>
 #include <string>
 #include <unistd.h>
+#include <utility>
 
 #include "hkfac/error.h"
 #include "hkfac/kfac/layers.h"
@@ -357,6 +358,46 @@ TEST_F(DataParallel, RanksHoldIdenticalParameters) {
     world()->broadcast(rank0.data(), rank0.size(), 0, "test");
     EXPECT_TRUE(mine == rank0) << "rank " << world()->rank();
   }
+}
+
+// evaluate() and gradient() on shards give the whole batch's value and gradient.
+TEST_F(DataParallel, EvaluateAndGradientOnShardsAreTheWholeBatchs) {
+  Problem p;
+  Training alone(p, fixed_steps(EstimationMode::fisher_exact), false);
+  Training together(p, fixed_steps(EstimationMode::fisher_exact), true);
+  const Batch whole = p.global(3), mine = p.shard(3, world()->rank(), world()->size());
+  const double want = alone.optimizer->evaluate(alone.params, whole);
+  EXPECT_TRUE(close(together.optimizer->evaluate(together.params, mine), want, 1e-6));
+  double scale = 0.0;
+  const double diff = max_abs_diff(alone.optimizer->gradient(alone.params, whole),
+                                   together.optimizer->gradient(together.params, mine), &scale);
+  EXPECT_LE(diff, 1e-6 * std::max(1.0, scale));
+}
+
+// The traffic the communicator reports (RESULTS.md#mpi-k-fac) is what a step has to move: the
+// gradient and the loss every step, every factor sum on a curvature update.
+TEST_F(DataParallel, TrafficCountsTheGradientAndTheFactorSums) {
+  Problem p;
+  OptimizerOptions o = fixed_steps(EstimationMode::fisher_exact);
+  o.inverse_update_period = 100; // no inverse traffic in the steps counted
+  Training t(p, o, true);
+  Trace trace;
+  t.run(1, trace); // burn-in
+  world()->reset_traffic();
+  t.run(3, trace);
+  uint64_t parameters = 0;
+  for (const Matrix &m : t.params)
+    parameters += m.size();
+  uint64_t sums = 0; // the factor sums of the two dense blocks: (in + 1)² + out² each
+  for (const auto &b : t.optimizer->estimator().blocks()) {
+    for (const auto &m : std::as_const(*b).state().matrices)
+      sums += m.inverse ? 0 : static_cast<uint64_t>(m.rows) * m.cols;
+  }
+  EXPECT_EQ(sums, 7u * 7 + 5 * 5 + 6 * 6 + 3 * 3);
+  const auto &traffic = world()->traffic();
+  EXPECT_EQ(traffic.at("loss_and_gradient").bytes, 3 * (4 * parameters + 8));
+  EXPECT_EQ(traffic.at("curvature").bytes, 3 * (4 * sums + 8)); // + the finite-batch vote
+  EXPECT_EQ(traffic.count("inverses"), 0u);
 }
 
 TEST_F(DataParallel, AnEmptyShardIsAnErrorNamingTheRank) {
