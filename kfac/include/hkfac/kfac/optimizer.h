@@ -93,7 +93,8 @@ struct OptimizerOptions {
   // block's curvature statistics, the quadratic model's curvature products and rho's loss — so
   // all ranks take the step one process would take on the whole batch, rejections included.
   // The sampled modes draw by global example index (ExampleSeeds), so that holds for them too.
-  // Every rank must call step(), evaluate(), gradient() and the checkpoint functions together.
+  // Every rank must call step(), evaluate(), gradient() and the checkpoint functions together,
+  // and its value function must set the same aux names.
   // Not with curvature_batch_size (an error); value_func_has_rng draws the same numbers on
   // every rank, not per example.
   bool multi_device = false;
