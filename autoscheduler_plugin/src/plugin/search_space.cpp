@@ -65,16 +65,11 @@ bool has_blockable_update(const FuncNode &f) {
   return false;
 }
 
-// Whether some update of `f` has both an RVar and a pure loop, whose order may change
-// (update_nest.h).
+// Whether some update of `f` may change its loop order (update_nest.h).
 bool has_reorderable_update(const FuncNode &f) {
-  for (const StageNode &s : f.stages) {
-    bool rvar = false, pure = false;
-    for (const LoopDim &l : s.loops)
-      (l.is_rvar ? rvar : pure) = true;
-    if (s.index > 0 && rvar && pure)
+  for (const StageNode &s : f.stages)
+    if (reorderable(s))
       return true;
-  }
   return false;
 }
 

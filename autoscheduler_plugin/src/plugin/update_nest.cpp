@@ -135,13 +135,15 @@ UpdateNest tiled_nest(const FuncNode &f, const StageNode &s, const FuncChoice &c
 
 } // namespace
 
-UpdateOrder stage_update_order(const StageNode &s, const FuncChoice &c) {
-  if (s.index == 0 || c.update_order == kRVarsInner)
-    return kRVarsInner;
+bool reorderable(const StageNode &s) {
   bool rvar = false, pure = false;
   for (const LoopDim &l : s.loops)
     (l.is_rvar ? rvar : pure) = true;
-  if (!rvar || !pure)
+  return s.index > 0 && rvar && pure;
+}
+
+UpdateOrder stage_update_order(const StageNode &s, const FuncChoice &c) {
+  if (c.update_order == kRVarsInner || !reorderable(s))
     return kRVarsInner;
   if (c.update_order == kRVarSplit && split_rvar(s, c.rvar_split) < 0)
     return kRVarsOuter;

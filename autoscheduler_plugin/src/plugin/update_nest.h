@@ -46,6 +46,9 @@ struct UpdateNest {
   double tasks = 1;              // iterations of the parallel loop
 };
 
+// Whether update stage `s` has both an RVar and a pure loop, so that its loop order may change.
+bool reorderable(const StageNode &s);
+
 // The order update stage `s` gets under `c` (see UpdateNest).
 UpdateOrder stage_update_order(const StageNode &s, const FuncChoice &c);
 
