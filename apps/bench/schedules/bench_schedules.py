@@ -74,6 +74,9 @@ def parse_args():
     p.add_argument("--ptxas", metavar="PATH",
                    help="on a CUDA target, hand every kernel of every built variant to this ptxas "
                         "(a variant whose PTX it refuses fails at 'ptxas')")
+    p.add_argument("--expect", metavar="REGEX",
+                   help="with --verify-only: fail unless some extra scheduler's schedule matches "
+                        "REGEX (that the run exercised what it is meant to)")
     p.add_argument("--random", metavar="SEED:STAGES,...",
                    help="also random pipelines (apps random_sSEED, reference: every Func at "
                         "root), at --random-size")
@@ -211,6 +214,11 @@ def check_ptx(library, ptxas, work):
             return f"kernels{kernels}.ptx: {last_error_line(out)}"
         kernels += 1
     return None if kernels else "no PTX in the library"
+
+
+def schedule_text(work, v):
+    path = os.path.join(work, v.app, v.scheduler, f"{v.name}.schedule.h")
+    return open(path).read() if os.path.exists(path) else ""
 
 
 def rungen_env():
@@ -514,6 +522,12 @@ def main():
         log(f"verify-only: {agreed} variants {what}, {len(bad)} did not")
         for b in bad:
             log(f"  {b}")
+        if args.expect:
+            matched = [v.name for vs in results.values() for v in vs[1:]
+                       if re.search(args.expect, schedule_text(work, v))]
+            log(f"verify-only: {len(matched)} schedules match {args.expect!r}")
+            if not matched:
+                sys.exit(1)
         sys.exit(1 if bad or not agreed else 0)
 
 

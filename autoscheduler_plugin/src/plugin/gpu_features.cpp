@@ -131,7 +131,7 @@ void gpu_schedule_features(const PipelineAnalysis &dag, const State &state,
         tile_points *= m.inner[d];
       const double bytes_region = box_points(m.storage) * f.bytes_per_point;
       const double bytes_tile = tile_points * f.bytes_per_point;
-      o[kGpuNumRealizations] = m.storages;
+      o[kGpuNumRealizations] = staged ? 0 : m.storages; // on chip, no device allocation
       o[kGpuNumProductions] = m.realizations * (staged ? 1 : blocks);
       o[kGpuPointsPerRealization] = total / std::max(1.0, m.storages);
       o[kGpuPointsPerProduction] = total / std::max(1.0, static_cast<double>(o[kGpuNumProductions]));

@@ -17,6 +17,7 @@ namespace hkfac::sched {
 //    one sector and gathers one per lane;
 //  - a Func staged per block is stored to and read from shared memory (reads of it by its
 //    consumer are shared loads, one barrier each side), one staged per thread lives in registers;
+//    neither is a device-memory allocation (kGpuNumRealizations counts those alone);
 //  - host stages (scalars, small stages, updates without a pure loop over dimensions 0 or 1)
 //    count as one thread computing every point.
 // Residency (blocks per SM) assumes 2,048 threads, 64 warps, 65,536 registers and twice the
