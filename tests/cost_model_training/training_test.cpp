@@ -140,8 +140,7 @@ TEST(RelativeThroughputLoss, SamplingAndNonPositiveRuntimesAreErrors) {
   const kfac::Matrix p = column({2.0f, 0.7f, 1.5f});
   const kfac::Matrix t = column({4.0f, 1.0f, 2.5f});
   const RelativeThroughputLoss loss(p, &t);
-  std::mt19937 rng(1);
-  EXPECT_THROW(loss.sample(rng), hkfac::Error);
+  EXPECT_THROW(loss.sample(kfac::ExampleSeeds{1, 0}), hkfac::Error);
   const kfac::Matrix bad = column({4.0f, 0.0f, 2.5f});
   EXPECT_THROW(RelativeThroughputLoss(p, &bad), hkfac::Error);
 }

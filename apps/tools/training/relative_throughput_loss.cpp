@@ -81,7 +81,7 @@ kfac::Matrix RelativeThroughputLoss::gradient_on(const kfac::Matrix &targets) co
   return g.cast<float>();
 }
 
-kfac::Matrix RelativeThroughputLoss::sample(std::mt19937 &) const {
+kfac::Matrix RelativeThroughputLoss::sample(const kfac::ExampleSeeds &) const {
   throw Error("RelativeThroughputLoss: not a likelihood, so it has no samples; use a ggn_* or "
               "*_exact estimation mode instead of fisher_gradients");
 }

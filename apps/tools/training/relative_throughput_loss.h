@@ -33,7 +33,7 @@ public:
 
   Eigen::VectorXd values_on(const kfac::Matrix &targets) const override;
   kfac::Matrix gradient_on(const kfac::Matrix &targets) const override;
-  kfac::Matrix sample(std::mt19937 &rng) const override;
+  kfac::Matrix sample(const kfac::ExampleSeeds &seeds) const override;
   kfac::Matrix multiply_fisher(const kfac::Matrix &v) const override;
   kfac::Matrix multiply_fisher_factor(const kfac::Matrix &v) const override;
 
