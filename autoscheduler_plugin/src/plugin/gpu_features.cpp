@@ -6,7 +6,7 @@
 
 #include "cost_model_features.h"
 #include "gpu_atomics.h"
-#include "schedule_features.h"
+#include "stage_reads.h"
 
 namespace hkfac::sched {
 

@@ -7,6 +7,7 @@
 
 #include "cost_model_features.h"
 #include "gpu_features.h"
+#include "stage_reads.h"
 #include "update_nest.h"
 
 namespace hkfac::sched {
@@ -23,36 +24,6 @@ constexpr double kReferenceCache = 8.0 * 1024 * 1024;
 constexpr double kReferenceBalance = 40;
 
 } // namespace
-
-void footprint(const Box &b, int elem_bytes, double &bytes, double &lines) {
-  if (b.empty()) {
-    bytes = elem_bytes;
-    lines = 1;
-    return;
-  }
-  const double row = std::max(b[0].extent(), 1.0) * elem_bytes;
-  double rows = 1;
-  for (size_t d = 1; d < b.size(); ++d)
-    rows *= std::max(b[d].extent(), 1.0);
-  bytes = row * rows;
-  lines = std::ceil(row / kLine + 1) * rows;
-}
-
-void reads(const PipelineAnalysis &dag, const LoopNestModel &model, const StageNode &s,
-           const Box &stage_box, double &bytes, double &lines, double &alloc_bytes) {
-  bytes = lines = alloc_bytes = 0;
-  const std::vector<double> values = s.box_values(stage_box);
-  for (const Access &a : s.accesses) {
-    const Box fallback = a.producer >= 0 ? dag.funcs[a.producer].root_region : Box{};
-    const Box need = PipelineAnalysis::required(a, values, fallback);
-    double b = 0, l = 0;
-    footprint(need, a.elem_bytes, b, l);
-    bytes += b;
-    lines += l;
-    if (a.producer >= 0 && model.func(a.producer).computed)
-      alloc_bytes += box_points(model.func(a.producer).storage) * dag.funcs[a.producer].bytes_per_point;
-  }
-}
 
 void cpu_schedule_features(const PipelineAnalysis &dag, const State &state,
                            const LoopNestModel &model, float *out) {

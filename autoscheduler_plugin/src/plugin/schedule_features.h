@@ -9,14 +9,6 @@
 
 namespace hkfac::sched {
 
-// Distinct bytes and cache lines of a box of elements `elem_bytes` wide (dimension 0 contiguous).
-void footprint(const Box &b, int elem_bytes, double &bytes, double &lines);
-
-// The bytes and lines a stage reads from every producer over the box `stage_box` of its Func,
-// and the bytes of the producers' allocations it reads from.
-void reads(const PipelineAnalysis &dag, const LoopNestModel &model, const StageNode &s,
-           const Box &stage_box, double &bytes, double &lines, double &alloc_bytes);
-
 // Writes S = 39 features per stage, stage-major (stage s's feature f at out[s * 39 + f]), for
 // every stage of the pipeline in realization order (the order of the .featurization file).
 // The features are defined, one comment each, in generators/cost_model_features.h (CpuFeature);
