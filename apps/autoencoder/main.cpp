@@ -25,6 +25,7 @@
 #include "hkfac/kfac/layers.h"
 #include "hkfac/kfac/optimizer.h"
 #include "loss_plot.h"
+#include "multi_device.h"
 
 ABSL_FLAG(int, training_steps, 100, "Number of optimizer steps");
 ABSL_FLAG(int, batch_size, 128, "Examples per mini-batch");
@@ -85,7 +86,9 @@ ABSL_FLAG(std::string, eval_csv, "autoencoder_eval.csv",
 
 namespace {
 
+using hkfac::apps::BatchShard;
 using hkfac::apps::finite_float;
+using hkfac::apps::shard_batches;
 using hkfac::apps::require_flag;
 using hkfac::kfac::Activation;
 using hkfac::kfac::Matrix;
@@ -347,21 +350,11 @@ int run() {
   const std::string load_path = absl::GetFlag(FLAGS_load_checkpoint);
   const int checkpoint_every = absl::GetFlag(FLAGS_checkpoint_every);
 
-  // With --multi_device, this rank's rows [shard_first, shard_first + shard_rows) of each global
-  // batch; only rank 0 logs and writes files.
-  std::shared_ptr<hkfac::kfac::Communicator> comm;
-  int shard_first = 0, shard_rows = batch_size;
-  if (absl::GetFlag(FLAGS_multi_device)) {
-    comm = hkfac::kfac::mpi_world_communicator();
-    const long ranks = comm->size(), rank = comm->rank();
-    require_flag(batch_size >= ranks, "--batch_size", batch_size,
-                 ">= the number of ranks (" + std::to_string(ranks) + "): each needs examples");
-    shard_first = static_cast<int>(batch_size * rank / ranks);
-    shard_rows = static_cast<int>(batch_size * (rank + 1) / ranks) - shard_first;
-    if (rank != 0 && !std::freopen("/dev/null", "w", stdout))
-      throw hkfac::Error("--multi_device: rank " + std::to_string(rank) + " cannot silence stdout");
-  }
-  const bool writes_files = !comm || comm->rank() == 0;
+  // With --multi_device, this rank's rows of each global batch; rank 0 alone logs and writes.
+  const BatchShard shard = shard_batches(batch_size, absl::GetFlag(FLAGS_multi_device));
+  const std::shared_ptr<hkfac::kfac::Communicator> &comm = shard.comm;
+  const int shard_first = shard.first, shard_rows = shard.rows;
+  const bool writes_files = shard.leads();
 
   autoencoder::Dataset data =
       autoencoder::Dataset::load(absl::GetFlag(FLAGS_data), absl::GetFlag(FLAGS_data_dir), seed);

@@ -25,6 +25,7 @@
 #include "hkfac/kfac/layers.h"
 #include "hkfac/kfac/optimizer.h"
 #include "idx.h"
+#include "multi_device.h"
 
 ABSL_FLAG(std::string, optimizer, "kfac", "kfac | adam");
 ABSL_FLAG(int, batch_size, 128, "Examples per mini-batch");
@@ -61,7 +62,9 @@ ABSL_FLAG(bool, distributed_inverses, false,
 
 namespace {
 
+using hkfac::apps::BatchShard;
 using hkfac::apps::finite_float;
+using hkfac::apps::shard_batches;
 using hkfac::apps::require_flag;
 using hkfac::kfac::Activation;
 using hkfac::kfac::Batch;
@@ -227,21 +230,12 @@ int run() {
   hkfac::kfac::Sequential model = build_classifier();
   std::mt19937 rng(seed);
   Params params = model.init_params(rng);
-  // With --multi_device, this rank's rows [shard_first, shard_first + shard_rows) of each global
-  // batch; rank 0 alone logs, evaluates and writes the CSV.
-  std::shared_ptr<hkfac::kfac::Communicator> comm;
-  int shard_first = 0, shard_rows = batch_size;
-  if (absl::GetFlag(FLAGS_multi_device)) {
-    comm = hkfac::kfac::mpi_world_communicator();
-    const long ranks = comm->size(), rank = comm->rank();
-    require_flag(batch_size >= ranks, "--batch_size", batch_size,
-                 ">= the number of ranks (" + std::to_string(ranks) + "): each needs examples");
-    shard_first = static_cast<int>(batch_size * rank / ranks);
-    shard_rows = static_cast<int>(batch_size * (rank + 1) / ranks) - shard_first;
-    if (rank != 0 && !std::freopen("/dev/null", "w", stdout))
-      throw hkfac::Error("--multi_device: rank " + std::to_string(rank) + " cannot silence stdout");
-  }
-  const bool reports = !comm || comm->rank() == 0;
+  // With --multi_device, this rank's rows of each global batch; rank 0 alone logs, evaluates and
+  // writes the CSV.
+  const BatchShard shard = shard_batches(batch_size, absl::GetFlag(FLAGS_multi_device));
+  const std::shared_ptr<hkfac::kfac::Communicator> &comm = shard.comm;
+  const int shard_first = shard.first, shard_rows = shard.rows;
+  const bool reports = shard.leads();
   std::mt19937 data_rng(seed + 1);
   std::uniform_int_distribution<int> pick(0, train.size() - 1);
   auto next_batch = [&]() {
