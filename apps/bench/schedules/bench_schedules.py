@@ -263,10 +263,10 @@ def verify(cfg, variants, args, work):
             v.verified = "no reference"
         return
     inputs, outputs = describe(ref)
+    # --track_memory copies GPU outputs back to the host before they are saved.
+    gpu = re.search(r"(cuda|opencl|metal|d3d12|vulkan)", args.target or "") is not None
     for v in built:
         files = {o: os.path.join(work, v.app, v.scheduler, f"{o}.tmp") for o in outputs}
-        # --track_memory copies GPU outputs back to the host before they are saved.
-        gpu = re.search(r"(cuda|opencl|metal|d3d12|vulkan)", args.target or "") is not None
         cmd = [v.rungen, "--quiet"] + (["--track_memory"] if gpu else []) + \
             rungen_inputs(inputs) + [f"{o}={f}" for o, f in files.items()]
         rc, secs, out = run(cmd, args.timeout, env=RUNGEN_ENV)

@@ -73,7 +73,7 @@ std::vector<FuncChoice> device_roots(const FuncNode &f, const Parameters &params
       double higher = 1;
       for (int d = 2; d < f.dims; ++d)
         higher *= std::max(1.0, r[d].extent());
-      if (std::ceil(e1 / c.tile.at(f.dims > 1 ? 1 : 0)) > kMaxGridYZ || higher > kMaxGridYZ)
+      if ((f.dims > 1 && std::ceil(e1 / c.tile[1]) > kMaxGridYZ) || higher > kMaxGridYZ)
         continue;
       if (std::find(out.begin(), out.end(), c) == out.end())
         out.push_back(c);
