@@ -477,6 +477,41 @@ TEST_F(HkfacPlugin, InternalFailuresFallBackToAValidSchedule) {
   }
 }
 
+// A lookup whose index is one point by the value bounds of what it reads (a clamp to a single
+// value): Halide 14's flatten-nested-ramps divides by zero on such a gather once it is a vector
+// load, so the Func that gathers must be computed, unvectorized, whatever the model prefers.
+TEST_F(HkfacPlugin, GatherOfOnePointIsNeitherVectorizedNorInlined) {
+  ImageParam in(Float(32), 2, "in");
+  Var x("x"), y("y"), i("i");
+  Func flat("flat"), lut("lut"), curve("curve"), out("out");
+  flat(x, y) = clamp(in(x, y) + in(x + 1, y), 4.0f, 4.0f);
+  lut(i) = cast<float>(i) * 0.5f;
+  lut(i) += 1.0f;
+  curve(x, y) = lut(clamp(cast<int>(clamp((flat(x, y) - 2.0f) * 512.0f, 0.0f, 1023.0f)), 0, 1023));
+  out(x, y) = cast<uint8_t>(curve(x, y) * 0.25f + in(x, y));
+  in.set_estimates({{0, 257}, {0, 128}});
+  out.set_estimates({{0, 256}, {0, 128}});
+  Buffer<float> input(257, 128);
+  for (int j = 0; j < 128; ++j)
+    for (int k = 0; k < 257; ++k)
+      input(k, j) = static_cast<float>((k * 7 + j * 3) % 50);
+  in.set(input);
+  for (const char *placements : {"inline", "all"}) {
+    ScopedEnv p("HKFAC_PLACEMENTS", placements);
+    for (const char *seed : {"0", "3"}) {
+      ScopedEnv w("HL_RANDOMIZE_WEIGHTS", seed[0] == '0' ? nullptr : seed);
+      Pipeline pipe(out);
+      const std::string src = pipe.auto_schedule("Hkfac", kTarget, machine()).schedule_source;
+      EXPECT_TRUE(std::regex_search(src, std::regex("curve\\.compute_(root|at)"))) << src;
+      EXPECT_FALSE(std::regex_search(src, std::regex("curve\\.[^\\n]*vectorize"))) << src;
+      Buffer<uint8_t> got = pipe.realize({256, 128}, kTarget);
+      for (int j = 0; j < 128; ++j)
+        for (int k = 0; k < 256; ++k)
+          ASSERT_EQ(got(k, j), static_cast<uint8_t>(512.5f * 0.25f + input(k, j))) << k << "," << j;
+    }
+  }
+}
+
 TEST_F(HkfacPlugin, TimeLimitStillGivesACompleteSchedule) {
   ScopedEnv b("HL_BEAM_SIZE", "64");
   ScopedEnv t("HKFAC_TIME_LIMIT_S", "0.000001");

@@ -115,6 +115,15 @@ double constant_of(const Expr &e, const std::string &what) {
   return 0;
 }
 
+// Whether a required region is a single point whatever the loop bounds.
+bool reads_one_point(const Halide::Internal::Box &b) {
+  for (const Interval &iv : b.bounds) {
+    if (!iv.is_bounded() || !is_const_zero(simplify(iv.max - iv.min)))
+      return false;
+  }
+  return true;
+}
+
 // How each call in a stage moves along the innermost loop variable.
 class CallClassifier : public IRGraphVisitor {
 public:
@@ -292,6 +301,8 @@ PipelineAnalysis::PipelineAnalysis(const std::vector<Function> &outputs, const T
         }
         if (a.producer < 0)
           n.reads_input = true;
+        if (a.gather_calls > 0 && reads_one_point(kv.second))
+          n.gathers_one_point = true;
         s.accesses.push_back(std::move(a));
       }
       s.features = algorithm_features(n.func, def, n.name);
@@ -312,9 +323,13 @@ PipelineAnalysis::PipelineAnalysis(const std::vector<Function> &outputs, const T
     }
     num_stages += static_cast<int>(n.stages.size());
   }
-  for (FuncNode &n : funcs)
+  for (FuncNode &n : funcs) {
     n.can_inline = !n.is_output && !n.must_be_root && n.func.can_be_inlined() &&
-                   !n.func.has_update_definition() && !n.consumers.empty();
+                   !n.func.has_update_definition() && !n.consumers.empty() &&
+                   !n.gathers_one_point;
+    if (n.gathers_one_point)
+      n.vector_width = 1;
+  }
 
   // Root regions, consumers first: outputs from their estimates, producers from the union of
   // what every consumer stage needs.

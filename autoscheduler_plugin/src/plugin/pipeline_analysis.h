@@ -75,7 +75,11 @@ struct FuncNode {
   bool reads_input = false;   // reads an input buffer directly (tail strategies must not widen)
   int bytes_per_point = 4;    // all tuple values
   int elem_bytes = 4;         // the widest value
-  int vector_width = 1;       // native lanes for its widest value type
+  int vector_width = 1;       // native lanes for its widest value type (1: never vectorized)
+  // A data-dependent read whose index range is one point (a lookup through a clamp to a single
+  // value): Halide 14's flatten-nested-ramps divides by zero on such a vector load (every lane's
+  // offset is 0), so the Func is neither vectorized nor inlined into a Func that would be.
+  bool gathers_one_point = false;
   std::vector<StageNode> stages;
   std::vector<int> consumers; // Funcs that read it (each once)
   Box root_region;            // region needed when everything is at root (estimates applied)
