@@ -229,6 +229,10 @@ public:
   // Halide would inline all pure stages (exponential in stencil depth) and recompute each
   // reduction per consumer point, which neither compiles nor runs in reasonable time.
   GeneratorParam<bool> root_schedule{"root_schedule", false};
+  // Generation 3 adds reductions whose RVar is not the vector loop's axis: a product of image
+  // blocks (a matrix product, like cuda_mat_mul and conv_layer) and a vertical RDom filter.
+  // Generation 2 (the default) builds exactly what every archived g2 seed built.
+  GeneratorParam<int> generation{"generation", 2, 2, 3};
 
   // Inputs and outputs depend on the seed, so they are declared here rather than as members.
   void configure() {
@@ -344,7 +348,10 @@ private:
   // pipelines; reductions and resampling are rarer but present in most pipelines of 8+ steps.
   // Changing the weights or the order of draws changes what every seed means.
   void add_stage() {
-    switch (rng_.weighted({14, 14, 8, 8, 6, 8, 6, 6, 3, 4, 4, 4, 5, 4, 3})) {
+    const int kind = generation >= 3
+                         ? rng_.weighted({14, 14, 8, 8, 6, 8, 6, 6, 3, 4, 4, 4, 5, 4, 3, 5, 4})
+                         : rng_.weighted({14, 14, 8, 8, 6, 8, 6, 6, 3, 4, 4, 4, 5, 4, 3});
+    switch (kind) {
     case 0:
       pool_.push_back(unary(operand()));
       break;
@@ -386,6 +393,14 @@ private:
       break;
     case 13:
       lookup_table(operand());
+      break;
+    case 15: {
+      Node a = operand(); // two statements: argument order is unspecified
+      matrix_product(a, operand());
+      break;
+    }
+    case 16:
+      column_filter(operand());
       break;
     default:
       pool_.push_back(rebound(operand()));
@@ -603,6 +618,47 @@ private:
     Node s = {sum, range, a.scale, 1};
     pool_.push_back(s);
     pool_.push_back(define("window_mean", normalized(here(s), total, a.type()), a.scale));
+  }
+
+  // A product of image blocks, P(x, y) = sum over k < K of A(k, y) B(x, k) per channel: a
+  // reduction whose operands are a broadcast (A) and a dense row (B) along the vectorized x, as
+  // in a matrix product or a convolution over channels, not along its RVar.
+  void matrix_product(Node a, Node b) {
+    const int k = rng_.pick(std::vector<int>{16, 32, 64});
+    RDom r(0, k, name("r_k"));
+    Func p(name("matmul"));
+    p(x, y, c) = 0.0f;
+    p(x, y, c) += cast<float>(a.f(r, y, c)) * cast<float>(b.f(x, r, c));
+    const ValueRange one = times(a.r, b.r);
+    const ValueRange range = hull(scaled(one, k), {0, 0});
+    Node n = {p, range, b.scale, 1};
+    pool_.push_back(n);
+    pool_.push_back(define("matmul_mean", renormalized(normalized(here(n), k, Float(32))),
+                           b.scale));
+  }
+
+  // A vertical filter as a 1-D RDom over rows, F(x, y) = sum over r of w(r) A(x, y + r): its
+  // loads are broadcasts along the RVar and dense along the vectorized x.
+  void column_filter(Node a) {
+    const int ry = rng_.between(2, 8);
+    RDom r(-ry, 2 * ry + 1, name("r_col"));
+    std::vector<int> weights;
+    int total = 0;
+    for (int j = -ry; j <= ry; ++j) {
+      weights.push_back(ry + 1 - std::abs(j));
+      total += weights.back();
+    }
+    const Type acc = accumulator(a.type(), a.r, weights);
+    Func sum(name("column_sum"));
+    sum(x, y, c) = make_zero(acc);
+    sum(x, y, c) += cast(acc, a.f(x, y + r, c)) * cast(acc, ry + 1 - abs(r));
+    ValueRange range = {0, 0};
+    for (int w : weights) {
+      range = plus(range, scaled(a.r, w));
+    }
+    Node s = {sum, range, a.scale, 1};
+    pool_.push_back(s);
+    pool_.push_back(define("column_mean", normalized(here(s), total, a.type()), a.scale));
   }
 
   static std::vector<int> binomial(int radius) {

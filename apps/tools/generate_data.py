@@ -278,11 +278,13 @@ def pipelines_from(args):
         lo, hi = (int(v) for v in args.stages.split(":"))
         for seed in range(first, first + count):
             stages = lo + zlib.crc32(str(seed).encode()) % (hi - lo + 1)
-            # "g2": the generator's second generation (docs/data.md), whose seeds build other
-            # pipelines than the first's; the name, and so the pipeline id, must say which.
-            result.append(Pipeline(f"random_pipeline_g2_seed{seed}_stages{stages}",
+            # "g<N>": the generator's generation (docs/data.md); each builds other pipelines from
+            # the same seed, so the name, and so the pipeline id, must say which.
+            g = args.generation
+            result.append(Pipeline(f"random_pipeline_g{g}_seed{seed}_stages{stages}",
                                    args.random_generator, "random_pipeline",
-                                   [f"seed={seed}", f"stages={stages}"] + args.random_params))
+                                   [f"seed={seed}", f"stages={stages}", f"generation={g}"] +
+                                   args.random_params))
     for spec in args.app:
         exe, gen, *params = spec.split(":")
         result.append(Pipeline(gen, exe, gen, params))
@@ -295,6 +297,8 @@ def main():
     p.add_argument("--random", help="FIRST:COUNT random pipeline seeds")
     p.add_argument("--stages", default="4:10", help="LO:HI stage counts of random pipelines")
     p.add_argument("--random-generator", default="build/apps/random_pipeline/hkfac_random_pipeline")
+    p.add_argument("--generation", type=int, default=3, choices=(2, 3),
+                   help="random pipeline generation: 3 adds matrix products and column filters")
     p.add_argument("--random-params", nargs="*", default=[],
                    help="extra generator params for random pipelines, e.g. width=512 height=512")
     p.add_argument("--app", action="append", default=[],

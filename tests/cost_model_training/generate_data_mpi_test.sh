@@ -28,7 +28,7 @@ for r in 0 1; do
   grep -q "samples made: 2," "$work/out/mpi_logs/rank$r.log" || { cat "$work/out/mpi_logs/rank$r.log"; exit 1; }
 done
 # The shards' pipelines: two per rank, four in all, so none was made by both.
-names() { grep -ho 'random_pipeline_g2_seed[0-9]*' "$@" | sort -u | wc -l; }
+names() { grep -ho 'random_pipeline_g3_seed[0-9]*' "$@" | sort -u | wc -l; }
 for r in 0 1; do
   test "$(names "$work/out/mpi_logs/rank$r.log")" -eq 2 || { cat "$work/out/mpi_logs/rank$r.log"; exit 1; }
 done

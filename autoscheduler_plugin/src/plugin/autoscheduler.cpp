@@ -11,6 +11,7 @@
 #include "input_error.h"
 #include "parameters.h"
 #include "pipeline_analysis.h"
+#include "refeaturize.h"
 #include "schedule_features.h"
 
 namespace hkfac::sched {
@@ -68,6 +69,8 @@ void autoschedule(const Pipeline &pipeline, const Target &target, const MachineP
         names += " " + f.name + "(" + std::to_string(f.stages.size()) + ")";
       log_line(params, 2, "Funcs in realization order:" + names);
     }
+    if (!params.refeaturize_list.empty())
+      refeaturize(dag, params, params.refeaturize_list);
     CostModel model(dag, params);
     log_line(params, 1, "weights: " + model.weights_source());
     if (params.inject_failure == "search")

@@ -76,6 +76,8 @@ Parameters Parameters::from(const Halide::MachineParams &mp, const Halide::Targe
   if (const char *d = env("HKFAC_TOPK_DIR"))
     p.top_k_dir = d;
   p.threads = static_cast<int>(env_int("HKFAC_THREADS", 0, 0, 4096));
+  if (const char *r = env("HKFAC_REFEATURIZE"))
+    p.refeaturize_list = r;
   if (const char *v = env("HKFAC_PLACEMENTS")) {
     p.placements = 0;
     const std::string list = v;

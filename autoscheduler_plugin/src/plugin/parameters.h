@@ -58,6 +58,9 @@ struct Parameters {
   int threads = 0;             // HKFAC_THREADS; 0 = every core
   unsigned placements = kPlaceDefault; // HKFAC_PLACEMENTS: root,inline,tile,task,slide,nest,reorder,rsplit, all
   std::string inject_failure;  // HKFAC_INJECT_FAILURE (tests): analysis|search|apply
+  // HKFAC_REFEATURIZE: a file of "old.featurization new.featurization" lines, archived samples
+  // of this pipeline to carry to the current features (refeaturize.h) before the search.
+  std::string refeaturize_list;
 
   // GPU targets (any GPU feature): the device's limits. MachineParams' parallelism counts the
   // streaming multiprocessors there (Li2018 reads it the same way).

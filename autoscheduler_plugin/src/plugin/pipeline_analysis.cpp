@@ -278,6 +278,11 @@ PipelineAnalysis::PipelineAnalysis(const std::vector<Function> &outputs, const T
       CallClassifier classifier(n.name, inner);
       for (const Expr &e : exprs)
         e.accept(&classifier);
+      const std::string lane =
+          n.dims > 0 && s.pure_arg_is_loop[0] ? n.func.args()[0] : inner;
+      CallClassifier lanes(n.name, lane);
+      for (const Expr &e : exprs)
+        e.accept(&lanes);
       for (auto &kv : boxes) {
         Access a;
         a.name = kv.first;
@@ -298,6 +303,12 @@ PipelineAnalysis::PipelineAnalysis(const std::vector<Function> &outputs, const T
           a.broadcast_calls = c->second.broadcast;
           a.gather_calls = c->second.gather;
           a.elem_bytes = c->second.elem_bytes;
+        }
+        auto l = lanes.counts.find(kv.first);
+        if (l != lanes.counts.end()) {
+          a.lane_dense_calls = l->second.dense;
+          a.lane_broadcast_calls = l->second.broadcast;
+          a.lane_gather_calls = l->second.gather;
         }
         if (a.producer < 0)
           n.reads_input = true;

@@ -45,6 +45,11 @@ struct Access {
   int dense_calls = 0;              // innermost loop variable with unit stride in dimension 0
   int broadcast_calls = 0;          // independent of the innermost loop variable
   int gather_calls = 0;             // any other dependence (strided, data-dependent)
+  // The same three counts against the loop a vectorized stage vectorizes: the pure variable of
+  // dimension 0 (an update's RVars stay outside the lanes), else the innermost loop. For a pure
+  // definition they equal the counts above; for a matrix product's update they tell the
+  // broadcast row operand and the dense column operand apart, which the RVar cannot.
+  int lane_dense_calls = 0, lane_broadcast_calls = 0, lane_gather_calls = 0;
 };
 
 // A stage: the pure definition (index 0) or an update of a Func.

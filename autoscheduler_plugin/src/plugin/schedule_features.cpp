@@ -25,6 +25,22 @@ constexpr double kReferenceBalance = 40;
 
 } // namespace
 
+VectorLoads vector_loads(const StageNode &s, int vw) {
+  VectorLoads v;
+  for (const Access &a : s.accesses) {
+    const int dense = vw > 1 ? a.lane_dense_calls : a.dense_calls;
+    const int broadcast = vw > 1 ? a.lane_broadcast_calls : a.broadcast_calls;
+    const int gather = vw > 1 ? a.lane_gather_calls : a.gather_calls;
+    if (vw > 1) {
+      v.scalar_loads += broadcast + gather * vw;
+      v.vector_loads += dense;
+    }
+    v.bytes += (dense * vw + broadcast + gather * vw) * static_cast<double>(a.elem_bytes);
+    v.lines += dense * std::ceil(vw * a.elem_bytes / kLine + 0.5) + broadcast + gather * vw;
+  }
+  return v;
+}
+
 void cpu_schedule_features(const PipelineAnalysis &dag, const State &state,
                            const LoopNestModel &model, float *out) {
   const int n = static_cast<int>(dag.funcs.size());
@@ -148,20 +164,17 @@ void cpu_schedule_features(const PipelineAnalysis &dag, const State &state,
       const double ws_tile = bytes_tile + inside_tile[id] + inside_task[id];
       o[kCpuWorkingSet] = ws_tile + read_bytes / std::max(tiles, 1.0);
 
-      int calls = 0, dense = 0, broadcast = 0, gather = 0;
-      for (const Access &a : s.accesses) {
+  int calls = 0;
+      for (const Access &a : s.accesses)
         calls += a.calls;
-        dense += a.dense_calls;
-        broadcast += a.broadcast_calls;
-        gather += a.gather_calls;
-      }
       o[kCpuVectorSize] = vw;
       o[kCpuNativeVectorSize] = f.vector_width;
       const double vectors = vw > 1 ? std::floor(total / vw) : 0;
       o[kCpuNumVectors] = vectors;
       o[kCpuNumScalars] = vw > 1 ? total - vectors * vw : total;
-      o[kCpuScalarLoadsPerVector] = vw > 1 ? broadcast + gather * vw : 0;
-      o[kCpuVectorLoadsPerVector] = vw > 1 ? dense : 0;
+      const VectorLoads per_vector = vector_loads(s, vw);
+      o[kCpuScalarLoadsPerVector] = per_vector.scalar_loads;
+      o[kCpuVectorLoadsPerVector] = per_vector.vector_loads;
       o[kCpuScalarLoadsPerScalar] = calls;
 
       const double task_points = points / std::max(tasks, 1.0);
@@ -169,15 +182,8 @@ void cpu_schedule_features(const PipelineAnalysis &dag, const State &state,
       o[kCpuBytesWrittenPerTask] = task_bytes;
       o[kCpuInnermostBytesWrittenPerTask] =
           (tasks > 1 && f.dims > 0 ? std::min(inner_extent0, m.inner[0]) : inner_extent0) * elem;
-      double vec_bytes = 0, vec_lines = 0;
-      for (const Access &a : s.accesses) {
-        vec_bytes += a.dense_calls * vw * a.elem_bytes + a.broadcast_calls * a.elem_bytes +
-                     a.gather_calls * vw * a.elem_bytes;
-        vec_lines += a.dense_calls * std::ceil(vw * a.elem_bytes / kLine + 0.5) +
-                     a.broadcast_calls + a.gather_calls * vw;
-      }
-      o[kCpuUniqueBytesReadPerVector] = vec_bytes;
-      o[kCpuUniqueLinesReadPerVector] = vec_lines;
+      o[kCpuUniqueBytesReadPerVector] = per_vector.bytes;
+      o[kCpuUniqueLinesReadPerVector] = per_vector.lines;
       o[kCpuUniqueBytesReadPerTask] = read_bytes / std::max(tasks, 1.0);
       o[kCpuUniqueLinesReadPerTask] = read_lines / std::max(tasks, 1.0);
       o[kCpuWorkingSetAtTask] = task_bytes + inside_task[id] + read_bytes / std::max(tasks, 1.0);

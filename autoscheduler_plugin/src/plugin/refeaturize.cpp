@@ -1,0 +1,109 @@
+// Rewriting archived featurizations with the current per-vector load features (see refeaturize.h).
+#include "refeaturize.h"
+
+#include <cmath>
+#include <cstring>
+#include <fstream>
+#include <iostream>
+#include <sstream>
+#include <vector>
+
+#include "cost_model_features.h"
+#include "input_error.h"
+#include "schedule_features.h"
+
+namespace hkfac::sched {
+
+using namespace hkfac::cost_model;
+
+namespace {
+
+constexpr int kS = kCpuFeatureCount;
+constexpr int kPerVector[] = {kCpuScalarLoadsPerVector, kCpuVectorLoadsPerVector,
+                              kCpuUniqueBytesReadPerVector, kCpuUniqueLinesReadPerVector};
+
+// Rewrites one featurization in place in `f`; an empty string, or why it does not fit.
+std::string patch(const PipelineAnalysis &dag, const Parameters &params, std::vector<float> &f,
+                  int &rows_changed) {
+  const int algo = static_cast<int>(dag.funcs.empty() ? 0 : dag.funcs[0].stages[0].features.size());
+  const size_t row = static_cast<size_t>(kS + algo);
+  if (f.size() != row * dag.num_stages)
+    return "holds " + std::to_string(f.size()) + " values, this pipeline's featurization " +
+           std::to_string(row * dag.num_stages);
+  size_t r = 0;
+  for (const FuncNode &fn : dag.funcs) {
+    for (const StageNode &s : fn.stages) {
+      float *o = f.data() + r * row;
+      for (size_t i = 0; i < s.features.size(); ++i)
+        if (o[kS + i] != static_cast<float>(s.features[i]))
+          return "stage " + std::to_string(r) + " (" + fn.name + ") has other algorithm features";
+      const int vw = static_cast<int>(o[kCpuVectorSize]);
+      // Rows of Funcs that are not computed (inlined) have no vector size and no such loads.
+      if (vw >= 1) {
+        float fresh[kS] = {};
+        const VectorLoads v = vector_loads(s, vw);
+        fresh[kCpuScalarLoadsPerVector] = static_cast<float>(v.scalar_loads);
+        fresh[kCpuVectorLoadsPerVector] = static_cast<float>(v.vector_loads);
+        fresh[kCpuUniqueBytesReadPerVector] = static_cast<float>(v.bytes);
+        fresh[kCpuUniqueLinesReadPerVector] = static_cast<float>(v.lines);
+        machine_adjusted_features(params, fresh, 1);
+        bool changed = false;
+        for (int i : kPerVector) {
+          if (fresh[i] == o[i])
+            continue;
+          // Only a vectorized update may change; anything else means other code made the file.
+          if (vw <= 1 || s.index == 0)
+            return "stage " + std::to_string(r) + " (" + fn.name + ") feature " +
+                   std::to_string(i) + " is " + std::to_string(o[i]) + ", recomputed " +
+                   std::to_string(fresh[i]) + " where nothing changed";
+          o[i] = fresh[i];
+          changed = true;
+        }
+        rows_changed += changed;
+      }
+      ++r;
+    }
+  }
+  return {};
+}
+
+} // namespace
+
+int refeaturize(const PipelineAnalysis &dag, const Parameters &params, const std::string &list_file) {
+  input_check(!params.gpu) << "Hkfac: HKFAC_REFEATURIZE carries CPU featurizations only\n";
+  std::ifstream list(list_file);
+  input_check(static_cast<bool>(list))
+      << "Hkfac: HKFAC_REFEATURIZE=\"" << list_file << "\" cannot be read\n";
+  int written = 0, refused = 0, rows_changed = 0;
+  std::string from, to;
+  while (list >> from >> to) {
+    std::ifstream in(from, std::ios::binary);
+    std::vector<char> bytes((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+    std::string why = !in.eof() && !in ? "cannot be read" : "";
+    std::vector<float> f(bytes.size() / sizeof(float));
+    if (why.empty() && bytes.size() % sizeof(float) != 0)
+      why = "is not whole float32 values";
+    if (why.empty()) {
+      std::memcpy(f.data(), bytes.data(), f.size() * sizeof(float));
+      why = patch(dag, params, f, rows_changed);
+    }
+    if (why.empty()) {
+      std::ofstream out(to, std::ios::binary);
+      out.write(reinterpret_cast<const char *>(f.data()),
+                static_cast<std::streamsize>(f.size() * sizeof(float)));
+      if (!out)
+        why = "could not be written to " + to;
+    }
+    if (!why.empty()) {
+      std::cerr << "Hkfac: refeaturize: " << from << " " << why << "; not written\n";
+      ++refused;
+      continue;
+    }
+    ++written;
+  }
+  std::cerr << "Hkfac: refeaturize: " << written << " written, " << refused << " refused, "
+            << rows_changed << " stage rows changed\n";
+  return written;
+}
+
+} // namespace hkfac::sched

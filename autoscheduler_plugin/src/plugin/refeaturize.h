@@ -1,0 +1,22 @@
+// Carrying archived samples to the current CPU schedule features without re-running their
+// searches or their benchmarks.
+#pragma once
+
+#include <string>
+
+#include "parameters.h"
+#include "pipeline_analysis.h"
+
+namespace hkfac::sched {
+
+// Version 102 classified an update stage's loads against its innermost RVar even where the
+// schedule vectorizes the pure dimension 0; version 103 classifies them against the vectorized
+// loop (Access::lane_*). Only the four per-vector load features of vectorized stages differ,
+// and the file itself holds the stage's vector width, so each archived .featurization of this
+// pipeline named in `list_file` ("old new" per line) is rewritten with those four recomputed
+// and written to `new`. A file whose size or algorithm features do not match this pipeline, or
+// whose unvectorized rows would change (a featurization of other code), is refused by name on
+// stderr and not written. Returns the number written; the summary goes to stderr.
+int refeaturize(const PipelineAnalysis &dag, const Parameters &params, const std::string &list_file);
+
+} // namespace hkfac::sched
