@@ -5,6 +5,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <functional>
 #include <string>
 #include <vector>
 
@@ -599,25 +600,35 @@ private:
       return;
     }
     std::vector<int> weights;
-    int total = 0;
     for (int j = -ry; j <= ry; ++j) {
       for (int i = -rx; i <= rx; ++i) {
         weights.push_back((rx + 1 - std::abs(i)) * (ry + 1 - std::abs(j)));
-        total += weights.back();
       }
     }
-    const Type acc = accumulator(a.type(), a.r, weights);
-    Func sum(name("window_sum"));
-    sum(x, y, c) = make_zero(acc);
-    sum(x, y, c) +=
-        cast(acc, a.f(x + r.x, y + r.y, c)) * cast(acc, (rx + 1 - abs(r.x)) * (ry + 1 - abs(r.y)));
+    weighted_mean(a, "window", weights, [&](Type acc) {
+      return cast(acc, a.f(x + r.x, y + r.y, c)) *
+             cast(acc, (rx + 1 - abs(r.x)) * (ry + 1 - abs(r.y)));
+    });
+  }
+
+  // Pushes `<what>_sum`, an update over an RDom adding term(acc) (a value of `a` times its
+  // integer weight, in the accumulator type those weights need), and `<what>_mean`, the sum
+  // normalised back to a's type.
+  void weighted_mean(const Node &a, const std::string &what, const std::vector<int> &weights,
+                     const std::function<Expr(Type)> &term) {
+    int total = 0;
     ValueRange range = {0, 0};
     for (int w : weights) {
+      total += w;
       range = plus(range, scaled(a.r, w));
     }
+    const Type acc = accumulator(a.type(), a.r, weights);
+    Func sum(name(what + "_sum"));
+    sum(x, y, c) = make_zero(acc);
+    sum(x, y, c) += term(acc);
     Node s = {sum, range, a.scale, 1};
     pool_.push_back(s);
-    pool_.push_back(define("window_mean", normalized(here(s), total, a.type()), a.scale));
+    pool_.push_back(define(what + "_mean", normalized(here(s), total, a.type()), a.scale));
   }
 
   // A product of image blocks, P(x, y) = sum over k < K of A(k, y) B(x, k) per channel: a
@@ -643,22 +654,12 @@ private:
     const int ry = rng_.between(2, 8);
     RDom r(-ry, 2 * ry + 1, name("r_col"));
     std::vector<int> weights;
-    int total = 0;
     for (int j = -ry; j <= ry; ++j) {
       weights.push_back(ry + 1 - std::abs(j));
-      total += weights.back();
     }
-    const Type acc = accumulator(a.type(), a.r, weights);
-    Func sum(name("column_sum"));
-    sum(x, y, c) = make_zero(acc);
-    sum(x, y, c) += cast(acc, a.f(x, y + r, c)) * cast(acc, ry + 1 - abs(r));
-    ValueRange range = {0, 0};
-    for (int w : weights) {
-      range = plus(range, scaled(a.r, w));
-    }
-    Node s = {sum, range, a.scale, 1};
-    pool_.push_back(s);
-    pool_.push_back(define("column_mean", normalized(here(s), total, a.type()), a.scale));
+    weighted_mean(a, "column", weights, [&](Type acc) {
+      return cast(acc, a.f(x, y + r, c)) * cast(acc, ry + 1 - abs(r));
+    });
   }
 
   static std::vector<int> binomial(int radius) {
