@@ -278,11 +278,14 @@ PipelineAnalysis::PipelineAnalysis(const std::vector<Function> &outputs, const T
       CallClassifier classifier(n.name, inner);
       for (const Expr &e : exprs)
         e.accept(&classifier);
+      // An update whose RVars are inner classifies again against its vector lanes.
       const std::string lane =
           n.dims > 0 && s.pure_arg_is_loop[0] ? n.func.args()[0] : inner;
       CallClassifier lanes(n.name, lane);
-      for (const Expr &e : exprs)
-        e.accept(&lanes);
+      if (lane != inner)
+        for (const Expr &e : exprs)
+          e.accept(&lanes);
+      const CallClassifier &by_lane = lane != inner ? lanes : classifier;
       for (auto &kv : boxes) {
         Access a;
         a.name = kv.first;
@@ -304,8 +307,8 @@ PipelineAnalysis::PipelineAnalysis(const std::vector<Function> &outputs, const T
           a.gather_calls = c->second.gather;
           a.elem_bytes = c->second.elem_bytes;
         }
-        auto l = lanes.counts.find(kv.first);
-        if (l != lanes.counts.end()) {
+        auto l = by_lane.counts.find(kv.first);
+        if (l != by_lane.counts.end()) {
           a.lane_dense_calls = l->second.dense;
           a.lane_broadcast_calls = l->second.broadcast;
           a.lane_gather_calls = l->second.gather;

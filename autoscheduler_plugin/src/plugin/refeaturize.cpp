@@ -5,12 +5,12 @@
 #include <cstring>
 #include <fstream>
 #include <iostream>
-#include <sstream>
 #include <vector>
 
 #include "cost_model_features.h"
 #include "input_error.h"
 #include "schedule_features.h"
+#include "stage_reads.h"
 
 namespace hkfac::sched {
 

@@ -16,7 +16,6 @@ using namespace hkfac::cost_model;
 
 namespace {
 
-constexpr double kLine = 64;
 constexpr int kS = kCpuFeatureCount;
 // The cache and balance the network's fixed cost terms assume (generators/cost_model.h: the
 // root working set against 8 MiB) and the balance of the training machines.
@@ -24,22 +23,6 @@ constexpr double kReferenceCache = 8.0 * 1024 * 1024;
 constexpr double kReferenceBalance = 40;
 
 } // namespace
-
-VectorLoads vector_loads(const StageNode &s, int vw) {
-  VectorLoads v;
-  for (const Access &a : s.accesses) {
-    const int dense = vw > 1 ? a.lane_dense_calls : a.dense_calls;
-    const int broadcast = vw > 1 ? a.lane_broadcast_calls : a.broadcast_calls;
-    const int gather = vw > 1 ? a.lane_gather_calls : a.gather_calls;
-    if (vw > 1) {
-      v.scalar_loads += broadcast + gather * vw;
-      v.vector_loads += dense;
-    }
-    v.bytes += (dense * vw + broadcast + gather * vw) * static_cast<double>(a.elem_bytes);
-    v.lines += dense * std::ceil(vw * a.elem_bytes / kLine + 0.5) + broadcast + gather * vw;
-  }
-  return v;
-}
 
 void cpu_schedule_features(const PipelineAnalysis &dag, const State &state,
                            const LoopNestModel &model, float *out) {
@@ -164,7 +147,7 @@ void cpu_schedule_features(const PipelineAnalysis &dag, const State &state,
       const double ws_tile = bytes_tile + inside_tile[id] + inside_task[id];
       o[kCpuWorkingSet] = ws_tile + read_bytes / std::max(tiles, 1.0);
 
-  int calls = 0;
+      int calls = 0;
       for (const Access &a : s.accesses)
         calls += a.calls;
       o[kCpuVectorSize] = vw;

@@ -9,14 +9,6 @@
 
 namespace hkfac::sched {
 
-// What a stage computed `vw` lanes at a time (1: scalar) loads per vector, its loads classified
-// against the vectorized loop (Access::lane_*): scalar and vector loads, and the unique bytes
-// and cache lines they read, raw (before machine_adjusted_features).
-struct VectorLoads {
-  double scalar_loads = 0, vector_loads = 0, bytes = 0, lines = 0;
-};
-VectorLoads vector_loads(const StageNode &s, int vw);
-
 // Writes S = 39 features per stage, stage-major (stage s's feature f at out[s * 39 + f]), for
 // every stage of the pipeline in realization order (the order of the .featurization file).
 // The features are defined, one comment each, in generators/cost_model_features.h (CpuFeature);

@@ -40,4 +40,20 @@ void reads(const PipelineAnalysis &dag, const LoopNestModel &model, const StageN
   }
 }
 
+VectorLoads vector_loads(const StageNode &s, int vw) {
+  VectorLoads v;
+  for (const Access &a : s.accesses) {
+    const int dense = vw > 1 ? a.lane_dense_calls : a.dense_calls;
+    const int broadcast = vw > 1 ? a.lane_broadcast_calls : a.broadcast_calls;
+    const int gather = vw > 1 ? a.lane_gather_calls : a.gather_calls;
+    if (vw > 1) {
+      v.scalar_loads += broadcast + gather * vw;
+      v.vector_loads += dense;
+    }
+    v.bytes += (dense * vw + broadcast + gather * vw) * static_cast<double>(a.elem_bytes);
+    v.lines += dense * std::ceil(vw * a.elem_bytes / kLine + 0.5) + broadcast + gather * vw;
+  }
+  return v;
+}
+
 } // namespace hkfac::sched

@@ -1,5 +1,5 @@
-// What a stage reads from its producers over a box of its Func: bytes, cache lines and the
-// producers' allocations, counted the same way by the CPU and the GPU features.
+// What a stage reads from its producers over a box of its Func (bytes, cache lines and the
+// producers' allocations, counted the same way by the CPU and the GPU features) and per vector.
 #pragma once
 
 #include "loop_nest_model.h"
@@ -14,5 +14,13 @@ void footprint(const Box &b, int elem_bytes, double &bytes, double &lines);
 // and the bytes of the producers' allocations it reads from.
 void reads(const PipelineAnalysis &dag, const LoopNestModel &model, const StageNode &s,
            const Box &stage_box, double &bytes, double &lines, double &alloc_bytes);
+
+// What a stage computed `vw` lanes at a time (1: scalar) loads per vector, its loads classified
+// against the vectorized loop (Access::lane_*): scalar and vector loads, and the unique bytes
+// and cache lines they read, raw (before machine_adjusted_features).
+struct VectorLoads {
+  double scalar_loads = 0, vector_loads = 0, bytes = 0, lines = 0;
+};
+VectorLoads vector_loads(const StageNode &s, int vw);
 
 } // namespace hkfac::sched
