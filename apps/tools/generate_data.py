@@ -5,13 +5,14 @@ For each pipeline (a random pipeline seed, or an app generator) it asks an autos
 for many schedules: one full-beam search plus greedy searches (HL_BEAM_SIZE=1) with random dropout
 and a different HL_SEED each. Every schedule is compiled by the generator into a static library
 with its .featurization, .schedule.h and RunGen registration, linked with RunGenMain into a
-benchmark, timed with RunGen (one at a time, nothing else of ours running), and written as a
-.sample: the .featurization followed by float32 runtime in ms, int32 pipeline id, int32 schedule
+benchmark, timed with RunGen (one at a time, nothing else of ours running, and only while the
+rest of the host is quiet: see HostLoad), and written as a .sample: the .featurization followed by float32 runtime in ms, int32 pipeline id, int32 schedule
 id (the layout of Halide 14's featurization_to_sample, which is used to cross-check the writer).
 
 Layout: OUT/<pipeline>/<pipeline>_s<k>/ holds one schedule's files. It is resumable: a schedule
 whose .sample exists is skipped, one already compiled is only benchmarked, and one marked FAILED
-is skipped unless --retry-failed. A schedule whose featurization equals an earlier sample's of the
+is skipped unless --retry-failed. Exit status: 0, 1 when some schedule failed (marked), 3 when
+some were built but left untimed because the host was busy (run again). A schedule whose featurization equals an earlier sample's of the
 same pipeline is marked DUPLICATE and not timed. Python 3 standard library only.
 
 Several drivers can share the work (generate_data_mpi.py runs them under mpirun): --shard I/N
@@ -29,6 +30,7 @@ import fcntl
 import hashlib
 import os
 import re
+import resource
 import shutil
 import socket
 import struct
@@ -181,29 +183,93 @@ def locked_compile(args, target, rungen_objs, pipeline, k, d):
         return compile_schedule(args, target, rungen_objs, pipeline, k, d)
 
 
+class HostBusy(Exception):
+    """A benchmark ran beside too much foreign work; its build is kept for a later run."""
+
+
+class HostLoad:
+    """How many cores the rest of the host kept busy while a benchmark ran: the busy time of the
+    cores this driver may run on (/proc/stat) less this driver's own and its children's (the
+    benchmark's).
+    A build or test run beside the benchmarks slows them unevenly (1.0-2.9x within one pipeline
+    was seen), which corrupts exactly the orderings the cost model learns, so such timings are
+    retried and, failing that, left for a later run. None where /proc/stat cannot be read."""
+
+    TICK = os.sysconf("SC_CLK_TCK") if hasattr(os, "sysconf") else 100
+
+    def __init__(self):
+        self.start = self.snapshot()
+
+    @classmethod
+    def snapshot(cls):
+        try:
+            with open("/proc/stat") as f:
+                lines = [l.split() for l in f if l.startswith("cpu")]
+        except OSError:
+            return None
+        # Only the cores this driver (and so the benchmark) may run on: in a container /proc/stat
+        # can list the whole host's. The aggregate line where per-core lines are missing.
+        mine = {f"cpu{c}" for c in os.sched_getaffinity(0)} if hasattr(
+            os, "sched_getaffinity") else set()
+        rows = [l for l in lines if l[0] in mine] or [l for l in lines if l[0] == "cpu"]
+        if not rows or any(len(l) < 9 for l in rows):
+            return None
+        busy = 0
+        for l in rows:
+            # user nice system idle iowait irq softirq steal: all but idle and iowait are busy
+            # (steal too: a neighbour held the core); guest time is already in user and nice.
+            v = [int(x) for x in l[1:9]]
+            busy += sum(v) - v[3] - v[4]
+        me, kids = resource.getrusage(resource.RUSAGE_SELF), resource.getrusage(
+            resource.RUSAGE_CHILDREN)
+        own = me.ru_utime + me.ru_stime + kids.ru_utime + kids.ru_stime
+        return busy / cls.TICK, own, time.monotonic()
+
+    def cores(self):
+        end = self.snapshot()
+        if self.start is None or end is None:
+            return None
+        wall = max(end[2] - self.start[2], 1e-9)
+        return max(0.0, (end[0] - self.start[0]) - (end[1] - self.start[1])) / wall
+
+
 def benchmark(args, d):
-    """Times the benchmark with RunGen; returns milliseconds or None."""
+    """Times the benchmark with RunGen; returns milliseconds, or None (marked FAILED). Raises
+    HostBusy when every try ran beside more than --max-foreign-load cores of other work."""
     env = dict(os.environ)
     env["HL_NUM_THREADS"] = str(args.threads)
     cmd = [os.path.join(d, "bench"), "--estimate_all", "--benchmarks=all", "--quiet",
            f"--benchmark_min_time={args.bench_min_time}"]
-    try:
-        with host_lock(args, exclusive=True):
-            proc = subprocess.run(cmd, env=env, capture_output=True, text=True,
-                                  timeout=args.bench_timeout)
-    except subprocess.TimeoutExpired:
-        mark_failed(d, f"benchmark timed out after {args.bench_timeout} s")
-        return None
-    except OSError as e:
-        mark_failed(d, f"the benchmark could not run: {e}")
-        return None
-    with open(os.path.join(d, "bench.txt"), "w") as f:
-        f.write(proc.stdout + proc.stderr)
-    m = BENCH_RE.search(proc.stdout + proc.stderr)
-    if proc.returncode != 0 or not m:
-        mark_failed(d, f"benchmark exited with {proc.returncode}", proc.stdout + proc.stderr)
-        return None
-    return float(m.group(1)) * 1000.0
+    loads = []
+    for attempt in range(args.busy_retries + 1):
+        if attempt:
+            time.sleep(args.busy_wait)
+        try:
+            with host_lock(args, exclusive=True):
+                load = HostLoad()
+                proc = subprocess.run(cmd, env=env, capture_output=True, text=True,
+                                      timeout=args.bench_timeout)
+                foreign = load.cores()
+        except subprocess.TimeoutExpired:
+            mark_failed(d, f"benchmark timed out after {args.bench_timeout} s")
+            return None
+        except OSError as e:
+            mark_failed(d, f"the benchmark could not run: {e}")
+            return None
+        if foreign is not None and foreign > args.max_foreign_load:
+            loads.append(foreign)
+            continue
+        with open(os.path.join(d, "bench.txt"), "w") as f:
+            f.write(proc.stdout + proc.stderr)
+            f.write("host load beside the benchmark: " +
+                    (f"{foreign:.2f} cores" if foreign is not None else "unknown (no /proc/stat)") +
+                    (f" (after {len(loads)} busy tries)" if loads else "") + "\n")
+        m = BENCH_RE.search(proc.stdout + proc.stderr)
+        if proc.returncode != 0 or not m:
+            mark_failed(d, f"benchmark exited with {proc.returncode}", proc.stdout + proc.stderr)
+            return None
+        return float(m.group(1)) * 1000.0
+    raise HostBusy(", ".join(f"{x:.2f}" for x in loads))
 
 
 def digest(path):
@@ -327,6 +393,14 @@ def main():
     p.add_argument("--compile-timeout", type=float, default=600)
     p.add_argument("--bench-timeout", type=float, default=60)
     p.add_argument("--bench-min-time", type=float, default=0.1)
+    p.add_argument("--max-foreign-load", dest="max_foreign_load", type=float, default=0.25,
+                   help="most cores of other work on the host beside a benchmark for its timing "
+                        "to count (busier tries are retried, then left for a later run; inf: "
+                        "no check)")
+    p.add_argument("--busy-retries", dest="busy_retries", type=int, default=3,
+                   help="tries after the first when the host is busy")
+    p.add_argument("--busy-wait", dest="busy_wait", type=float, default=20,
+                   help="seconds to wait before each retry on a busy host")
     p.add_argument("--retry-failed", action="store_true")
     p.add_argument("--compile-only", action="store_true",
                    help="search and compile, time nothing: each new schedule's directory keeps "
@@ -345,6 +419,11 @@ def main():
     if not m or int(m.group(2)) < 1 or int(m.group(1)) >= int(m.group(2)):
         p.error(f"--shard {args.shard}: expected I/N with 0 <= I < N")
     shard, shards = int(m.group(1)), int(m.group(2))
+    if not args.max_foreign_load >= 0:  # NaN fails too; inf turns the check off
+        p.error(f"--max-foreign-load {args.max_foreign_load}: expected cores >= 0 (inf: no check)")
+    if args.busy_retries < 0 or not 0 <= args.busy_wait < float("inf"):
+        p.error(f"--busy-retries {args.busy_retries}, --busy-wait {args.busy_wait}: expected "
+                "a count >= 0 and finite seconds >= 0")
     args.plugin = args.plugin or PLUGINS.get(args.scheduler)
     if not args.plugin:
         p.error(f"no default plugin for scheduler {args.scheduler}; pass --plugin")
@@ -365,7 +444,7 @@ def main():
         rungen_objs = (rungen_object(args, args.out),
                        halide_runtime(args, args.out, pipelines[0].generator, target))
     total = len(pipelines) * args.schedules
-    made = skipped = failed = duplicates = pending = 0
+    made = skipped = failed = duplicates = pending = deferred = 0
     checked = None
     bench_seconds = compile_seconds = 0.0
     start = time.monotonic()
@@ -426,7 +505,16 @@ def main():
                 pending += 1
                 continue
             t0 = time.monotonic()
-            ms = benchmark(args, d)
+            try:
+                ms = benchmark(args, d)
+            except HostBusy as busy:
+                # The build stays; the next run of the same command times it.
+                bench_seconds += time.monotonic() - t0
+                deferred += 1
+                print(f"[{pi}/{len(pipelines)}] {pipeline.name} s{k}: not timed, the host was "
+                      f"busy beside it ({busy} cores of other work); run again to time it",
+                      flush=True)
+                continue
             bench_seconds += time.monotonic() - t0
             if ms is None:
                 failed += 1
@@ -457,14 +545,16 @@ def main():
     lines = [f"pipelines: {len(pipelines)}, schedules each: {args.schedules}",
              f"samples made: {made}, duplicate schedules not timed: {duplicates}, "
              f"skipped (done, duplicate or failed before): {skipped}, failed: {failed}"
-             + (f", compiled and pending a device: {pending}" if args.compile_only else ""),
+             + (f", compiled and pending a device: {pending}" if args.compile_only else "")
+             + (f", not timed on a busy host (run again): {deferred}" if deferred else ""),
              f"time: {elapsed:.0f} s ({made / max(elapsed, 1e-9) * 60:.2f} samples/min; "
              f"compile {compile_seconds:.0f} s summed over jobs, benchmark {bench_seconds:.0f} s)",
              f"writer check: {checked or 'no new sample'}"] + summary
     with open(os.path.join(args.out, "summary.txt"), "a") as f:
         f.write(time.strftime("%Y-%m-%d %H:%M:%S") + "\n" + "\n".join(lines) + "\n\n")
     print("\n".join(lines))
-    return 1 if failed else 0
+    # 3: some schedules are built but untimed (a busy host); the same command again times them.
+    return 3 if deferred else 1 if failed else 0
 
 
 if __name__ == "__main__":

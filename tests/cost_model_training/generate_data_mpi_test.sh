@@ -18,7 +18,7 @@ run() {
     --scheduler Hkfac --plugin "$build/autoscheduler_plugin/libautoschedule_hkfac.so" \
     --random-generator "$build/apps/random_pipeline/hkfac_random_pipeline" \
     --random 0:4 --stages 3:4 --schedules 1 --randomize-weights --full-beam 0 --threads 1 \
-    --bench-min-time 0.01
+    --bench-min-time 0.01 --max-foreign-load inf
 }
 run > "$work/first.txt" 2>&1 || { cat "$work/first.txt"; exit 1; }
 samples() { find "$1" -name '*.sample' | wc -l; }
