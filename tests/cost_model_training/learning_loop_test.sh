@@ -11,7 +11,8 @@ command -v c++ >/dev/null || { echo "no C++ compiler to link benchmarks"; exit 7
 rm -rf "$work"
 loop() {
   python3 "$src/apps/tools/learning_loop.py" --work "$work" --build "$build" --rounds "$1" \
-    --random-per-round 3 --stages 3:4 --schedules 2 --app-schedules 0 --epochs 2 --jobs 2
+    --random-per-round 3 --stages 3:4 --schedules 2 --app-schedules 0 --epochs 2 --jobs 2 \
+    --train-seeds 2 --max-foreign-load inf
 }
 field() { # field ROUND KEY: a value of loop.json
   python3 -c "import json,sys; print(json.load(open(sys.argv[1]))['rounds'][int(sys.argv[2])][sys.argv[3]])" \

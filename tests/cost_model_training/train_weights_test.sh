@@ -1,8 +1,10 @@
 #!/bin/sh
 # apps/tools/train_weights.py end to end on three random pipelines of the shipped sample archive,
 # one of them held out as if it were an app: the baseline and the hold-out file must be written,
-# load in `predict`, and be recorded with the held-out pipeline's ordering accuracy; an unknown
-# app must be an error that names it.
+# load in `predict`, and be recorded with the held-out pipeline's ordering accuracy; with three
+# seeds each file must keep the start whose training loss is lower, and its weights must be that
+# start's; --pipelines-split must add its file and record; an unknown app must be an error that
+# names it.
 # Usage: train_weights_test.sh SOURCE_DIR BUILD_DIR PREDICT WORK_DIR
 set -eu
 src=$1 build=$2 predict=$3 work=$4
@@ -13,14 +15,32 @@ mkdir -p "$work/samples" "$work/out"
 tar -xJf "$archive" -C "$work/samples" --wildcards './random_pipeline_seed[012]_*'
 held=$(ls "$work/samples" | grep seed1_)
 python3 "$src/apps/tools/train_weights.py" --samples "$work/samples" --build "$build" \
-  --out "$work/out" --log-dir "$work/log" --epochs 2 --apps "$held"
+  --out "$work/out" --log-dir "$work/log" --epochs 2 --apps "$held" --seed 2 --seeds 3 --jobs 2 \
+  --pipelines-split
+test -s "$work/log/pipelines_split.weights" || { echo "no pipelines_split.weights"; exit 1; }
 for f in baseline "$held"; do
   test -s "$work/out/$f.weights" || { echo "no $f.weights"; exit 1; }
   grep -q "^| \`$f.weights\` |" "$work/log/records.md" || { echo "no record of $f"; exit 1; }
 done
 # The hold-out row names the held-out pipeline and reports an accuracy over some pairs.
-grep -E "^\| \`$held.weights\` \| [0-9]+ samples \| $held \| 2 \| [0-9]+ \| [01]\.[0-9]{3} \([1-9][0-9]*\)" \
+grep -E "^\| \`$held.weights\` \| [0-9]+ samples \| $held \| 2 \| [0-9]+ \| [234] \([^|]*\) \| [01]\.[0-9]{3} \([1-9][0-9]*\)" \
   "$work/log/records.md" >/dev/null || { echo "bad hold-out record:"; cat "$work/log/records.md"; exit 1; }
+# The kept seed is the one with the lower final training loss (the CSVs' last rows), and the
+# shipped file is that seed's weights byte for byte.
+for f in baseline "$held" pipelines_split; do
+  kept=$(python3 - "$work/log" "$f" <<'PY'
+import csv, sys
+d, f = sys.argv[1:]
+loss = {s: float(list(csv.DictReader(open(f"{d}/{f}.seed{s}.csv")))[-1]["train_loss"]) for s in (2, 3, 4)}
+print(min(loss, key=loss.get))
+PY
+)
+  grep -q "^| \`$f.weights\` |[^|]*|[^|]*|[^|]*|[^|]*| $kept (2: " "$work/log/records.md" ||
+    { echo "$f: the record does not keep seed $kept"; cat "$work/log/records.md"; exit 1; }
+  out="$work/out"; [ "$f" != pipelines_split ] || out="$work/log"
+  cmp -s "$out/$f.weights" "$work/log/$f.seed$kept.weights" ||
+    { echo "$f.weights is not seed $kept's"; exit 1; }
+done
 find "$work/samples" -name '*.sample' > "$work/list.txt"
 "$predict" --weights="$work/out/$held.weights" --samples="$work/list.txt" \
   --predictions_file="$work/pred.csv"
