@@ -48,6 +48,10 @@ def parse_args():
                    help="run only the --scheduler entries (plus the baseline)")
     p.add_argument("--holdout-weights", metavar="DIR",
                    help="Hkfac searches each app with DIR/<app>.weights (its hold-one-out file)")
+    p.add_argument("--weights-variant", action="append", default=[], metavar="LABEL=DIR",
+                   help="one more Hkfac column, 'Hkfac LABEL', searching each app with "
+                        "DIR/<app>.weights (repeatable; needs --scheduler Hkfac=...): two weight "
+                        "sets side by side in one interleaved run")
     p.add_argument("--hkfac-beam", type=int,
                    help="HL_BEAM_SIZE for Hkfac alone (the others keep the environment's)")
     p.add_argument("--machine-params", default="2,16777216,40",
@@ -125,11 +129,14 @@ def last_error_line(output):
 
 
 class Variant:
-    def __init__(self, app, scheduler, plugin):
+    def __init__(self, app, scheduler, plugin, registered=None, weights_dir=None):
         self.app = app
-        self.scheduler = scheduler  # "reference" for the plain reference build
+        self.scheduler = scheduler  # the column: "reference" for the plain reference build
+        self.registered = registered or scheduler  # the name the plugin registers (-s)
+        self.weights_dir = weights_dir  # Hkfac: hold-one-out weights of its own (a column each)
         self.plugin = plugin
-        self.name = f"{app}_{scheduler.lower()}"
+        self.dir = re.sub(r"[^A-Za-z0-9_.-]", "_", scheduler)  # under WORK/<app>/
+        self.name = f"{app}_{self.dir.lower()}"
         self.schedule_s = None  # the autoscheduler call alone, seconds
         self.generate_s = None  # full generator run (schedule + code generation), seconds
         self.rungen = None
@@ -161,14 +168,15 @@ def generator_command(cfg, v, args, target, out_dir):
 
 def build_variant(cfg, v, args, target, work):
     """Builds the variant (timing its autoscheduling) and links its RunGen binary."""
-    out_dir = os.path.join(work, v.app, v.scheduler)
+    out_dir = os.path.join(work, v.app, v.dir)
     shutil.rmtree(out_dir, ignore_errors=True)
     os.makedirs(out_dir)
-    env = dict(os.environ, HKFAC_TIMED_SCHEDULER=v.scheduler)
-    if args.holdout_weights and v.scheduler == "Hkfac":
+    env = dict(os.environ, HKFAC_TIMED_SCHEDULER=v.registered)
+    holdout = v.weights_dir or (args.holdout_weights if v.scheduler == "Hkfac" else None)
+    if holdout and v.registered == "Hkfac":
         # Each app scheduled with the weights trained without it (weights/README.md).
-        env["HL_WEIGHTS_DIR"] = os.path.join(args.holdout_weights, f"{v.app}.weights")
-    if args.hkfac_beam and v.scheduler == "Hkfac":
+        env["HL_WEIGHTS_DIR"] = os.path.join(holdout, f"{v.app}.weights")
+    if args.hkfac_beam and v.registered == "Hkfac":
         env["HL_BEAM_SIZE"] = str(args.hkfac_beam)
     rc, secs, out = run(generator_command(cfg, v, args, target, out_dir), args.timeout, env=env)
     if rc != 0:
@@ -217,7 +225,7 @@ def check_ptx(library, ptxas, work):
 
 
 def schedule_text(work, v):
-    path = os.path.join(work, v.app, v.scheduler, f"{v.name}.schedule.h")
+    path = os.path.join(work, v.app, v.dir, f"{v.name}.schedule.h")
     return open(path).read() if os.path.exists(path) else ""
 
 
@@ -266,7 +274,7 @@ def verify(cfg, variants, args, work):
     # --track_memory copies GPU outputs back to the host before they are saved.
     gpu = re.search(r"(cuda|opencl|metal|d3d12|vulkan)", args.target or "") is not None
     for v in built:
-        files = {o: os.path.join(work, v.app, v.scheduler, f"{o}.tmp") for o in outputs}
+        files = {o: os.path.join(work, v.app, v.dir, f"{o}.tmp") for o in outputs}
         cmd = [v.rungen, "--quiet"] + (["--track_memory"] if gpu else []) + \
             rungen_inputs(inputs) + [f"{o}={f}" for o, f in files.items()]
         rc, secs, out = run(cmd, args.timeout, env=RUNGEN_ENV)
@@ -280,7 +288,7 @@ def verify(cfg, variants, args, work):
             v.verified = "no reference"
             continue
         for o in outputs:
-            ref_file = os.path.join(work, v.app, ref.scheduler, f"{o}.tmp")
+            ref_file = os.path.join(work, v.app, ref.dir, f"{o}.tmp")
             rc, _, out = run([cfg["compare_outputs"], ref_file, files[o], str(args.rel_tol),
                               str(INTEGER_TOLERANCE.get(v.app, 0))], 600)
             if rc != 0:
@@ -442,6 +450,15 @@ def main():
         extra.append(name)
     schedulers = ([baseline] if args.only_extra else base_schedulers) + \
         [s for s in extra if s not in base_schedulers]
+    weight_variants = {}  # column -> hold-one-out weights directory
+    for spec in args.weights_variant:
+        label, _, wdir = spec.partition("=")
+        if not label or not wdir or not os.path.isdir(wdir):
+            sys.exit(f"--weights-variant {spec}: expected LABEL=DIR with an existing directory")
+        if "Hkfac" not in plugins:
+            sys.exit(f"--weights-variant {spec}: needs --scheduler Hkfac=PLUGIN.so")
+        weight_variants[f"Hkfac {label}"] = os.path.abspath(wdir)
+        schedulers.append(f"Hkfac {label}")
     if args.verify_only:
         if not extra:
             sys.exit("--verify-only needs at least one --scheduler")
@@ -486,8 +503,9 @@ def main():
     results = {}
     for app in apps:
         log(f"{app}: building {len(schedulers) + 1} variants")
-        variants = [Variant(app, "reference", None)] + [Variant(app, s, plugins[s])
-                                                        for s in schedulers]
+        variants = [Variant(app, "reference", None)] + [
+            Variant(app, s, plugins["Hkfac"], "Hkfac", weight_variants[s])
+            if s in weight_variants else Variant(app, s, plugins[s]) for s in schedulers]
         for v in variants:
             build_variant(cfg, v, args, target, work)
             if v.generate_s is not None:
