@@ -6,14 +6,16 @@ for many schedules: one full-beam search plus greedy searches (HL_BEAM_SIZE=1) w
 and a different HL_SEED each. Every schedule is compiled by the generator into a static library
 with its .featurization, .schedule.h and RunGen registration, linked with RunGenMain into a
 benchmark, timed with RunGen (one at a time, nothing else of ours running, and only while the
-rest of the host is quiet: see HostLoad), and written as a .sample: the .featurization followed by float32 runtime in ms, int32 pipeline id, int32 schedule
-id (the layout of Halide 14's featurization_to_sample, which is used to cross-check the writer).
+rest of the host is quiet: see HostLoad), and written as a .sample: the .featurization followed
+by float32 runtime in ms, int32 pipeline id, int32 schedule id (the layout of Halide 14's
+featurization_to_sample, which is used to cross-check the writer).
 
 Layout: OUT/<pipeline>/<pipeline>_s<k>/ holds one schedule's files. It is resumable: a schedule
 whose .sample exists is skipped, one already compiled is only benchmarked, and one marked FAILED
-is skipped unless --retry-failed. Exit status: 0, 1 when some schedule failed (marked), 3 when
-some were built but left untimed because the host was busy (run again). A schedule whose featurization equals an earlier sample's of the
-same pipeline is marked DUPLICATE and not timed. Python 3 standard library only.
+is skipped unless --retry-failed. A schedule whose featurization equals an earlier sample's of the
+same pipeline is marked DUPLICATE and not timed. Exit status: 0; 1 when some schedule failed
+(marked); 3 when some were built but left untimed because the host was busy (run again). Python 3
+standard library only.
 
 Several drivers can share the work (generate_data_mpi.py runs them under mpirun): --shard I/N
 takes every N-th pipeline from the I-th, so shards never make the same sample, and --host-lock

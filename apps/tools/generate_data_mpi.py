@@ -10,7 +10,8 @@ two ranks make the same sample and their outputs merge without collision (a samp
 named by its pipeline and schedule). Ranks on one host take turns through a host-wide lock file
 (--host-lock, in /tmp): compiles share it, a benchmark holds it alone, so nothing of ours runs
 beside a benchmark (and a benchmark beside other work on the host is retried, then left for the
-same command to time again: generate_data.py --max-foreign-load). A rank's compile jobs default to its host's cores divided by the ranks there.
+same command to time again: generate_data.py --max-foreign-load). A rank's compile jobs default
+to its host's cores divided by the ranks there.
 
 Each rank logs to OUT/mpi_logs/rank<R>.log. A rank or host that dies loses only the samples it had
 not finished (every sample is written whole or not at all); running the same command again

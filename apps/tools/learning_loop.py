@@ -8,8 +8,9 @@ Each round
   2. benchmarks every new schedule and adds its sample (apps/tools/generate_data.py);
   3. retrains with K-FAC on all samples so far (apps/tools/train_weights.py): baseline.weights
      and one hold-one-out file per app, each the best of --train-seeds starts by training loss,
-     then one more run that holds out a fixed fifth of the pipelines (mostly random ones) to
-     measure ordering accuracy on pipelines never seen;
+     and one more file, trained the same way, that holds out a fixed fifth of the pipelines
+     (mostly random ones) to measure ordering accuracy on pipelines never seen
+     (--pipelines-split);
   4. optionally (--bench) runs the schedule bench bed with the round's hold-one-out weights;
 and appends what it measured to WORK/loop.json and WORK/loop.md.
 
@@ -188,7 +189,10 @@ def main():
             f"({made / max(gen_s, 1e-9) * 60:.1f} per minute)")
 
         train_log = os.path.join(rdir, "training")
-        if not os.path.exists(os.path.join(train_log, "records.md")):
+        split_csv = os.path.join(train_log, "pipelines_split.csv")
+        # Both are written by one train_weights run; a round stopped before either is retrained.
+        if not (os.path.exists(os.path.join(train_log, "records.md"))
+                and os.path.exists(split_csv)):
             run([sys.executable, os.path.join(HERE, "train_weights.py"), "--samples", samples,
                  "--build", build, "--out", rdir, "--epochs", str(args.epochs),
                  "--seeds", str(args.train_seeds), "--jobs", str(args.jobs), "--pipelines-split",
@@ -196,7 +200,6 @@ def main():
         app_acc, app_pairs = pooled_accuracy(
             [os.path.join(train_log, f"{a}.csv") for a in apps
              if os.path.exists(os.path.join(train_log, f"{a}.csv"))])
-        split_csv = os.path.join(train_log, "pipelines_split.csv")
         split_acc, split_pairs = pooled_accuracy([split_csv])
 
         record = {"round": r, "search_weights": prev or "random", "random_seeds": seeds,

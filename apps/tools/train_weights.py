@@ -75,20 +75,21 @@ def train(args, pool, name, validation, sample_list, out_dir=None):
     """Trains `name` from every seed, keeps the lowest final training loss as name.weights in
     out_dir (default --out), with its CSV and log as name.csv, name.log in the log directory;
     returns (first, last, seconds, seed, losses)."""
-    runs = list(pool.map(lambda s: train_seed(args, name, validation, sample_list, s),
-                         args.seed_list))
-    done = [r for r in runs if r[1] is not None and math.isfinite(float(r[1]["train_loss"]))]
-    if not done:
+    runs = {r[3]: r for r in pool.map(lambda s: train_seed(args, name, validation, sample_list, s),
+                                      args.seed_list)}
+    losses = {s: float(r[1]["train_loss"]) if r[1] is not None else None for s, r in runs.items()}
+    finite = [s for s, l in losses.items() if l is not None and math.isfinite(l)]
+    if not finite:
         logs = ", ".join(os.path.join(args.out_log, f"{name}.seed{s}.log") for s in args.seed_list)
         sys.exit(f"train_weights: {name} failed from every seed, see {logs}")
-    first, last, _, seed = min(done, key=lambda r: float(r[1]["train_loss"]))
+    seed = min(finite, key=losses.get)
+    first, last = runs[seed][0], runs[seed][1]
     for ext in ("csv", "log"):
         shutil.copyfile(os.path.join(args.out_log, f"{name}.seed{seed}.{ext}"),
                         os.path.join(args.out_log, f"{name}.{ext}"))
     shutil.copyfile(os.path.join(args.out_log, f"{name}.seed{seed}.weights"),
                     os.path.join(out_dir or args.out, f"{name}.weights"))
-    losses = {r[3]: (float(r[1]["train_loss"]) if r[1] is not None else None) for r in runs}
-    return first, last, sum(r[2] for r in runs), seed, losses
+    return first, last, sum(r[2] for r in runs.values()), seed, losses
 
 
 def main():

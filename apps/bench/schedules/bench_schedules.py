@@ -133,7 +133,7 @@ class Variant:
         self.app = app
         self.scheduler = scheduler  # the column: "reference" for the plain reference build
         self.registered = registered or scheduler  # the name the plugin registers (-s)
-        self.weights_dir = weights_dir  # Hkfac: hold-one-out weights of its own (a column each)
+        self.weights_dir = weights_dir  # Hkfac: the directory of its hold-one-out weights
         self.plugin = plugin
         self.dir = re.sub(r"[^A-Za-z0-9_.-]", "_", scheduler)  # under WORK/<app>/
         self.name = f"{app}_{self.dir.lower()}"
@@ -172,10 +172,9 @@ def build_variant(cfg, v, args, target, work):
     shutil.rmtree(out_dir, ignore_errors=True)
     os.makedirs(out_dir)
     env = dict(os.environ, HKFAC_TIMED_SCHEDULER=v.registered)
-    holdout = v.weights_dir or (args.holdout_weights if v.scheduler == "Hkfac" else None)
-    if holdout and v.registered == "Hkfac":
+    if v.weights_dir:
         # Each app scheduled with the weights trained without it (weights/README.md).
-        env["HL_WEIGHTS_DIR"] = os.path.join(holdout, f"{v.app}.weights")
+        env["HL_WEIGHTS_DIR"] = os.path.join(v.weights_dir, f"{v.app}.weights")
     if args.hkfac_beam and v.registered == "Hkfac":
         env["HL_BEAM_SIZE"] = str(args.hkfac_beam)
     rc, secs, out = run(generator_command(cfg, v, args, target, out_dir), args.timeout, env=env)
@@ -505,7 +504,9 @@ def main():
         log(f"{app}: building {len(schedulers) + 1} variants")
         variants = [Variant(app, "reference", None)] + [
             Variant(app, s, plugins["Hkfac"], "Hkfac", weight_variants[s])
-            if s in weight_variants else Variant(app, s, plugins[s]) for s in schedulers]
+            if s in weight_variants else
+            Variant(app, s, plugins[s], weights_dir=args.holdout_weights if s == "Hkfac" else None)
+            for s in schedulers]
         for v in variants:
             build_variant(cfg, v, args, target, work)
             if v.generate_s is not None:
