@@ -48,10 +48,12 @@ def parse_args():
                    help="run only the --scheduler entries (plus the baseline)")
     p.add_argument("--holdout-weights", metavar="DIR",
                    help="Hkfac searches each app with DIR/<app>.weights (its hold-one-out file)")
-    p.add_argument("--weights-variant", action="append", default=[], metavar="LABEL=DIR",
+    p.add_argument("--weights-variant", action="append", default=[],
+                   metavar="LABEL=DIR[,PLUGIN.so]",
                    help="one more Hkfac column, 'Hkfac LABEL', searching each app with "
                         "DIR/<app>.weights (repeatable; needs --scheduler Hkfac=...): two weight "
-                        "sets side by side in one interleaved run")
+                        "sets side by side in one interleaved run; PLUGIN.so, another build of "
+                        "the Hkfac plugin, for weights of another feature version")
     p.add_argument("--hkfac-beam", type=int,
                    help="HL_BEAM_SIZE for Hkfac alone (the others keep the environment's)")
     p.add_argument("--machine-params", default="2,16777216,40",
@@ -449,14 +451,18 @@ def main():
         extra.append(name)
     schedulers = ([baseline] if args.only_extra else base_schedulers) + \
         [s for s in extra if s not in base_schedulers]
-    weight_variants = {}  # column -> hold-one-out weights directory
+    weight_variants = {}  # column -> (hold-one-out weights directory, Hkfac plugin)
     for spec in args.weights_variant:
-        label, _, wdir = spec.partition("=")
+        label, _, rest = spec.partition("=")
+        wdir, _, plugin = rest.partition(",")
         if not label or not wdir or not os.path.isdir(wdir):
             sys.exit(f"--weights-variant {spec}: expected LABEL=DIR with an existing directory")
+        if plugin and not os.path.exists(plugin):
+            sys.exit(f"--weights-variant {spec}: no plugin {plugin}")
         if "Hkfac" not in plugins:
             sys.exit(f"--weights-variant {spec}: needs --scheduler Hkfac=PLUGIN.so")
-        weight_variants[f"Hkfac {label}"] = os.path.abspath(wdir)
+        weight_variants[f"Hkfac {label}"] = (os.path.abspath(wdir),
+                                             os.path.abspath(plugin) if plugin else plugins["Hkfac"])
         schedulers.append(f"Hkfac {label}")
     if args.verify_only:
         if not extra:
@@ -503,7 +509,7 @@ def main():
     for app in apps:
         log(f"{app}: building {len(schedulers) + 1} variants")
         variants = [Variant(app, "reference", None)] + [
-            Variant(app, s, plugins["Hkfac"], "Hkfac", weight_variants[s])
+            Variant(app, s, weight_variants[s][1], "Hkfac", weight_variants[s][0])
             if s in weight_variants else
             Variant(app, s, plugins[s], weights_dir=args.holdout_weights if s == "Hkfac" else None)
             for s in schedulers]
