@@ -11,6 +11,10 @@ Each round
      and one more file, trained the same way, that holds out a fixed fifth of the pipelines
      (mostly random ones) to measure ordering accuracy on pipelines never seen
      (--pipelines-split);
+     With --warm-start RATE, every round after the first starts each file from the previous
+     round's file of the same name (an app's hold-out file from its own, which never saw it) at
+     K-FAC rate RATE instead of from random weights: as the data grows, random starts can all
+     stall where the previous model continues;
   4. optionally (--bench) runs the schedule bench bed with the round's hold-one-out weights;
 and appends what it measured to WORK/loop.json and WORK/loop.md.
 
@@ -131,6 +135,9 @@ def main():
     p.add_argument("--bench", action="store_true",
                    help="run the bench bed each round (every app under every scheduler: slow)")
     p.add_argument("--bench-beam", type=int, default=32, help="Hkfac's beam in the bench bed")
+    p.add_argument("--warm-start", dest="warm_start", type=float, default=0,
+                   help="K-FAC rate for rounds after the first, which then start from the "
+                        "previous round's files (0: every round from random weights)")
     p.add_argument("extra", nargs="*", help="retrain_cost_model flags for training (after --)")
     args = p.parse_args()
 
@@ -193,10 +200,24 @@ def main():
         # Both are written by one train_weights run; a round stopped before either is retrained.
         if not (os.path.exists(os.path.join(train_log, "records.md"))
                 and os.path.exists(split_csv)):
+            start, rate = [], []
+            if args.warm_start > 0 and r > 0:
+                # The previous round's files side by side (its pipelines_split is in training/).
+                start_dir = os.path.join(rdir, "start")
+                os.makedirs(start_dir, exist_ok=True)
+                prev_dir = os.path.join(work, f"round{r - 1}")
+                for name in ["baseline"] + apps + ["pipelines_split"]:
+                    src = os.path.join(prev_dir, "training" if name == "pipelines_split" else "",
+                                       f"{name}.weights")
+                    dst = os.path.join(start_dir, f"{name}.weights")
+                    if os.path.exists(src) and not os.path.exists(dst):
+                        os.symlink(src, dst)
+                start = ["--initial-weights", start_dir]
+                rate = [f"--kfac_rate={args.warm_start}"]  # the last of a flag wins
             run([sys.executable, os.path.join(HERE, "train_weights.py"), "--samples", samples,
                  "--build", build, "--out", rdir, "--epochs", str(args.epochs),
                  "--seeds", str(args.train_seeds), "--jobs", str(args.jobs), "--pipelines-split",
-                 "--log-dir", train_log, "--"] + args.extra, logfile)
+                 "--log-dir", train_log] + start + ["--"] + args.extra + rate, logfile)
         app_acc, app_pairs = pooled_accuracy(
             [os.path.join(train_log, f"{a}.csv") for a in apps
              if os.path.exists(os.path.join(train_log, f"{a}.csv"))])

@@ -7,7 +7,10 @@ Every run uses the same optimizer, epoch count and seeds; the epoch count is fix
 (from the benchmark on the 'pipelines' split), never chosen by the held-out app's loss. With
 --seeds K each file is trained from K random starts and keeps the one with the lowest loss on its
 own training samples: a start can leave K-FAC on a plateau (training accuracy 0.66 where other
-starts reach 0.75), and the training loss shows it without looking at the held-out app. Prints a
+starts reach 0.75), and the training loss shows it without looking at the held-out app. With
+--initial-weights DIR every file starts instead from the file of its own name in DIR (the
+previous round's: an app's hold-out file never saw that app, so neither does the new one), as a
+learning loop continues its model; the seeds then vary only the order of the batches. Prints a
 markdown table of what each file is (data, epochs, seconds, seed, held-out ordering accuracy and
 loss) and writes it to records.md in --log-dir.
 
@@ -56,8 +59,10 @@ def train_seed(args, name, validation, sample_list, seed):
     tag = f"{name}.seed{seed}"
     out_csv = os.path.join(args.out_log, f"{tag}.csv")
     weights = os.path.join(args.out_log, f"{tag}.weights")
+    start = (f"--initial_weights={os.path.join(args.initial_weights, name + '.weights')}"
+             if args.initial_weights else "--randomize_weights")
     cmd = [args.retrain, f"--epochs={args.epochs}", f"--num_cores={args.num_cores}",
-           "--randomize_weights", f"--seed={seed}", f"--optimizer={args.optimizer}",
+           start, f"--seed={seed}", f"--optimizer={args.optimizer}",
            f"--validation={validation}", f"--samples={sample_list}", f"--csv={out_csv}",
            f"--weights_out={weights}"] + args.extra
     t0 = time.time()
@@ -114,6 +119,9 @@ def main():
     p.add_argument("--apps", default="",
                    help="comma-separated apps to hold out (default: every sample directory "
                         "that is not a random pipeline)")
+    p.add_argument("--initial-weights", dest="initial_weights", default="",
+                   help="start every file from DIR/<file>.weights (baseline, each app's, "
+                        "pipelines_split) instead of random weights")
     p.add_argument("extra", nargs="*", help="more retrain_cost_model flags (after --)")
     args = p.parse_args()
     if args.seeds < 1 or args.jobs < 1:
@@ -141,6 +149,13 @@ def main():
     for a in apps:
         if a not in pipelines:
             sys.exit(f"train_weights: no samples for app '{a}' under {args.samples}")
+    if args.initial_weights:
+        names = ["baseline"] + apps + (["pipelines_split"] if args.pipelines_split else [])
+        missing = [n for n in names
+                   if not os.path.isfile(os.path.join(args.initial_weights, f"{n}.weights"))]
+        if missing:
+            sys.exit(f"train_weights: --initial-weights {args.initial_weights} has no "
+                     f"{', '.join(m + '.weights' for m in missing)}")
     n_random = sum(1 for n in pipelines if n.startswith("random_pipeline"))
     print(f"train_weights: {len(samples)} samples over {len(pipelines)} pipelines "
           f"({len(pipelines) - n_random} apps, {n_random} random); {args.optimizer}, "
@@ -149,6 +164,7 @@ def main():
     lines = [f"Trained {time.strftime('%Y-%m-%d')} on {cpu_name()} ({args.num_cores} cores) by "
              f"`apps/tools/train_weights.py --epochs {args.epochs} --optimizer {args.optimizer} "
              f"--seed {args.seed} --seeds {args.seeds}"
+             f"{' --initial-weights ' + args.initial_weights if args.initial_weights else ''}"
              f"{' -- ' + ' '.join(args.extra) if args.extra else ''}`: "
              f"{len(samples)} samples over {len(pipelines)} pipelines. Target: CPU, S = 39.",
              "",

@@ -1,8 +1,9 @@
 #!/bin/sh
 # apps/tools/learning_loop.py end to end at a toy size: two rounds over three new small random
 # pipelines each. Round 0 must search with random models, round 1 with round 0's weights (a
-# plugin that could not load them would make no sample), each round must add samples and write
-# its weights and records, and running the same command again must change nothing (resume).
+# plugin that could not load them would make no sample) and train from them (--warm-start), each
+# round must add samples and write its weights and records, and running the same command again
+# must change nothing (resume).
 # Usage: learning_loop_test.sh SOURCE_DIR BUILD_DIR WORK_DIR
 set -eu
 src=$1 build=$2 work=$3
@@ -10,9 +11,11 @@ command -v python3 >/dev/null || { echo "python3 missing"; exit 77; }
 command -v c++ >/dev/null || { echo "no C++ compiler to link benchmarks"; exit 77; }
 rm -rf "$work"
 loop() {
-  python3 "$src/apps/tools/learning_loop.py" --work "$work" --build "$build" --rounds "$1" \
+  rounds=$1
+  shift
+  python3 "$src/apps/tools/learning_loop.py" --work "$work" --build "$build" --rounds "$rounds" \
     --random-per-round 3 --stages 3:4 --schedules 2 --app-schedules 0 --epochs 2 --jobs 2 \
-    --train-seeds 2 --max-foreign-load inf
+    --train-seeds 2 --max-foreign-load inf "$@"
 }
 field() { # field ROUND KEY: a value of loop.json
   python3 -c "import json,sys; print(json.load(open(sys.argv[1]))['rounds'][int(sys.argv[2])][sys.argv[3]])" \
@@ -22,16 +25,23 @@ loop 1
 test "$(field 0 search_weights)" = random || { echo "round 0 did not use random models"; exit 1; }
 test "$(field 0 new_samples)" -gt 0 || { echo "round 0 made no sample"; exit 1; }
 test -s "$work/round0/baseline.weights" || { echo "no round 0 weights"; exit 1; }
-loop 2
+loop 2 --warm-start 0.02
 test "$(field 1 search_weights)" = "$work/round0/baseline.weights" ||
   { echo "round 1 searched with $(field 1 search_weights)"; exit 1; }
 test "$(field 1 new_samples)" -gt 0 || { echo "round 1 made no sample"; cat "$work/round1/steps.log"; exit 1; }
 test "$(field 1 samples)" -gt "$(field 0 samples)" || { echo "samples did not grow"; exit 1; }
 test -s "$work/round1/baseline.weights" || { echo "no round 1 weights"; exit 1; }
 test "$(grep -c '^| [01] |' "$work/loop.md")" = 2 || { cat "$work/loop.md"; exit 1; }
+# Warm start: round 1 trained from round 0's files (the split's too) at the given rate.
+test "$work/round1/start/baseline.weights" -ef "$work/round0/baseline.weights" ||
+  { echo "round 1 did not start from round 0's baseline"; exit 1; }
+test "$work/round1/start/pipelines_split.weights" -ef "$work/round0/training/pipelines_split.weights" ||
+  { echo "round 1 did not start from round 0's pipelines_split"; exit 1; }
+grep -q -- "--initial-weights $work/round1/start -- .*--kfac_rate=0.02\`" \
+  "$work/round1/training/records.md" || { cat "$work/round1/training/records.md"; exit 1; }
 before=$(find "$work/samples" -name '*.sample' | wc -l)
 cp "$work/loop.json" "$work/loop.before"
-loop 2
+loop 2 --warm-start 0.02
 test "$(find "$work/samples" -name '*.sample' | wc -l)" = "$before" || { echo "resume made samples"; exit 1; }
 cmp -s "$work/loop.json" "$work/loop.before" || { echo "resume changed loop.json"; exit 1; }
 echo "learning_loop: ok"

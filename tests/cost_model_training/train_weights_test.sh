@@ -3,8 +3,9 @@
 # one of them held out as if it were an app: the baseline and the hold-out file must be written,
 # load in `predict`, and be recorded with the held-out pipeline's ordering accuracy; with three
 # seeds each file must keep the start whose training loss is lower, and its weights must be that
-# start's; --pipelines-split must add its file and record; an unknown app must be an error that
-# names it.
+# start's; --pipelines-split must add its file and record; --initial-weights must start every
+# seed from the named file; an unknown app and a missing initial file must be errors that name
+# them.
 # Usage: train_weights_test.sh SOURCE_DIR BUILD_DIR PREDICT WORK_DIR
 set -eu
 src=$1 build=$2 predict=$3 work=$4
@@ -41,6 +42,30 @@ PY
   cmp -s "$out/$f.weights" "$work/log/$f.seed$kept.weights" ||
     { echo "$f.weights is not seed $kept's"; exit 1; }
 done
+# --initial-weights: every start is the named file, whatever its seed (random starts differ at
+# epoch 0; starts from one file do not), and a missing file is named.
+cp "$work/log/pipelines_split.weights" "$work/out/"
+python3 "$src/apps/tools/train_weights.py" --samples "$work/samples" --build "$build" \
+  --out "$work/warm" --log-dir "$work/warmlog" --epochs 1 --apps "$held" --seed 2 --seeds 2 \
+  --jobs 2 --pipelines-split --initial-weights "$work/out"
+python3 - "$work/log" "$work/warmlog" "$held" <<'PY' || exit 1
+import csv, sys
+cold, warm, held = sys.argv[1:]
+def first(d, f, s):
+    return float(list(csv.DictReader(open(f"{d}/{f}.seed{s}.csv")))[0]["train_loss"])
+for f in ("baseline", held, "pipelines_split"):
+    c, w = (first(cold, f, 2), first(cold, f, 3)), (first(warm, f, 2), first(warm, f, 3))
+    assert c[0] != c[1], f"{f}: two random starts began at one loss {c}"
+    assert w[0] == w[1], f"{f}: two starts from one file began at different losses {w}"
+PY
+grep -q -- "--initial-weights $work/out" "$work/warmlog/records.md" || { echo "no start in record"; exit 1; }
+rm "$work/out/pipelines_split.weights"
+if python3 "$src/apps/tools/train_weights.py" --samples "$work/samples" --build "$build" \
+     --out "$work/warm" --log-dir "$work/warmlog" --epochs 1 --apps "$held" --pipelines-split \
+     --initial-weights "$work/out" 2> "$work/err.txt"; then
+  echo "a missing initial file was accepted"; exit 1
+fi
+grep -q "has no pipelines_split.weights" "$work/err.txt" || { cat "$work/err.txt"; exit 1; }
 find "$work/samples" -name '*.sample' > "$work/list.txt"
 "$predict" --weights="$work/out/$held.weights" --samples="$work/list.txt" \
   --predictions_file="$work/pred.csv"
