@@ -5,16 +5,18 @@ A sample's runtime belongs to its schedule, not to its features: when the featur
 in a way the archived file still determines (the plugin's refeaturize.h says which), the samples
 need not be searched or benchmarked again. For each pipeline of a samples tree (the layout
 generate_data.py writes), this runs the pipeline's generator once with the plugin and
-HKFAC_REFEATURIZE naming every archived .featurization; the plugin checks each against the
-pipeline's analysis, rewrites it, and refuses (by name) any that does not fit. The new .sample is
+HKFAC_REFEATURIZE naming every archived .featurization (and, from its .schedule.h, the updates
+whose rows it blocks); the plugin checks each against the pipeline's analysis, rewrites it, and
+refuses (by name) any that does not fit. The new .sample is
 the new .featurization with the archived sample's trailer (runtime, pipeline id, schedule id).
 Everything else of a schedule's directory is copied as it is. Python 3 standard library only.
 
-  refeaturize.py --samples build-data/hkfac --out build-data/hkfac_v103 --build build
+  refeaturize.py --samples build-data/hkfac --out build-data/hkfac_v104 --build build
 """
 import argparse
 import concurrent.futures
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -22,6 +24,18 @@ import tempfile
 
 TRAILER = 12
 MACHINE_PARAMS = "2,16777216,40"
+UNROLL = re.compile(r"^\s*(\w+)\.update\((\d+)\)\.unroll\((\w+)\);", re.M)
+PURE_VAR = re.compile(r"^\s*Var (\w+)\(", re.M)
+
+
+def blocked_updates(schedule_h):
+    """The plugin's third list field: the updates a schedule's source unrolls a pure Var of
+    (its blocked rows; an unrolled RVar is declared RVar), "func.k" comma-separated or "-"."""
+    with open(schedule_h) as f:
+        src = f.read()
+    pure = set(PURE_VAR.findall(src))
+    found = sorted({f"{fn}.{k}" for fn, k, v in UNROLL.findall(src) if v in pure})
+    return ",".join(found) or "-"
 
 
 def generator_of(search_txt, build):
@@ -72,8 +86,10 @@ def one_pipeline(pdir, out_root, args):
         listing = os.path.join(tmp, "list.txt")
         with open(listing, "w") as f:
             for src, dst, s in pairs:
+                sched = os.path.join(src, s + ".schedule.h")
+                hint = f" {blocked_updates(sched)}" if os.path.exists(sched) else ""
                 f.write(f"{os.path.join(src, s + '.featurization')} "
-                        f"{os.path.join(dst, s + '.featurization')}\n")
+                        f"{os.path.join(dst, s + '.featurization')}{hint}\n")
         env = dict(os.environ, HKFAC_REFEATURIZE=listing, HL_BEAM_SIZE="1",
                    HL_RANDOMIZE_WEIGHTS="1")
         cmd = [exe, "-g", gname, "-f", "refeaturize", "-o", tmp, "-e", "schedule",

@@ -106,6 +106,19 @@ TEST_F(HkfacPlugin, ScheduleComputesWhatThePlainScheduleComputes) {
   }
 }
 
+// prod(x, y) = Σ_r a(r, y) b(x, r): n rows, m columns, depth k, with estimates.
+Func matrix_product(ImageParam &pa, ImageParam &pb, int n, int m, int k) {
+  Func prod("prod");
+  Var x("x"), y("y");
+  RDom r(0, k, "r");
+  prod(x, y) = 0.0f;
+  prod(x, y) += pa(r, y) * pb(x, r);
+  pa.set_estimates({{0, k}, {0, n}});
+  pb.set_estimates({{0, m}, {0, k}});
+  prod.set_estimates({{0, m}, {0, n}});
+  return prod;
+}
+
 // A matrix product whose update the search may block by rows (FuncChoice::update_rows): with
 // rows, columns and depth that no block, vector or unroll divides, a blocked schedule must
 // compute the product a plain loop computes.
@@ -121,14 +134,7 @@ TEST_F(HkfacPlugin, RowBlockedReductionComputesThePlainProduct) {
   bool found = false;
   for (int seed = 1; seed <= 40 && !found; ++seed) {
     ImageParam pa(Float(32), 2, "a"), pb(Float(32), 2, "b");
-    Func prod("prod");
-    Var x("x"), y("y");
-    RDom r(0, k, "r");
-    prod(x, y) = 0.0f;
-    prod(x, y) += pa(r, y) * pb(x, r);
-    pa.set_estimates({{0, k}, {0, n}});
-    pb.set_estimates({{0, m}, {0, k}});
-    prod.set_estimates({{0, m}, {0, n}});
+    Func prod = matrix_product(pa, pb, n, m, k);
     const std::string s = std::to_string(seed);
     ScopedEnv w("HL_RANDOMIZE_WEIGHTS", s.c_str());
     Pipeline pipe(prod);
@@ -345,6 +351,52 @@ TEST_F(HkfacPlugin, ReorderedAndSplitReductionsComputeWhatPlainLoopsCompute) {
     EXPECT_GE(reorders, 1) << "no random model of 12 reordered the update";
     EXPECT_GE(splits, 1) << "no random model of 12 split the update's RVar";
   }
+}
+
+// A histogram per channel (a scatter: its bin is data) under the update orders: tiling its
+// channel loop by a split that does not divide the 3 channels (GuardWithIf) made Halide 14's
+// constant folding overflow in lowering, so a scatter's update splits only by tiles that divide.
+// Every schedule must lower and count what a plain loop counts.
+TEST_F(HkfacPlugin, ScatterUpdatesSplitOnlyByDividingTilesAndCountWhatAPlainLoopCounts) {
+  const int w = 53, h = 41, channels = 3, bins = 16;
+  Buffer<float> in(w, h, channels);
+  in.for_each_element([&](int x, int y, int c) {
+    in(x, y, c) = 0.5f + 0.5f * std::sin(0.3f * x + 0.7f * y + 1.1f * c);
+  });
+  const std::regex channel_split(R"(hist\.update\(0\)\.split\(c, c_o, c_i, (\d+),)");
+  int reorders = 0;
+  for (int seed = 1; seed <= 24 && reorders < 2; ++seed) {
+    const std::string sd = std::to_string(seed);
+    ScopedEnv rw("HL_RANDOMIZE_WEIGHTS", sd.c_str());
+    ScopedEnv kinds("HKFAC_PLACEMENTS", "root,reorder");
+    ImageParam pin(Float(32), 3, "in");
+    Func hist("hist"), out("out");
+    Var b("b"), c("c");
+    RDom r(0, w, 0, h, "r");
+    hist(b, c) = 0;
+    hist(clamp(cast<int>(pin(r.x, r.y, c) * bins), 0, bins - 1), c) += 1;
+    pin.set_estimates({{0, w}, {0, h}, {0, channels}});
+    out(b, c) = hist(b, c) * 2;
+    out.set_estimates({{0, bins}, {0, channels}});
+    Pipeline pipe(out);
+    AutoSchedulerResults res = pipe.auto_schedule("Hkfac", kTarget, machine());
+    SCOPED_TRACE(res.schedule_source);
+    const std::string &src = res.schedule_source;
+    reorders += src.find("hist.update(0).reorder(") != std::string::npos;
+    for (std::sregex_iterator it(src.begin(), src.end(), channel_split), end; it != end; ++it)
+      EXPECT_EQ(channels % std::stoi((*it)[1].str()), 0) << (*it)[0];
+    pin.set(in);
+    Buffer<int> got = pipe.realize({bins, channels}, kTarget);
+    for (int ch = 0; ch < channels; ++ch) {
+      std::vector<int> want(bins, 0);
+      for (int y = 0; y < h; ++y)
+        for (int x = 0; x < w; ++x)
+          want[std::min(std::max(static_cast<int>(in(x, y, ch) * bins), 0), bins - 1)]++;
+      for (int i = 0; i < bins; ++i)
+        ASSERT_EQ(got(i, ch), 2 * want[i]) << "bin " << i << " channel " << ch;
+    }
+  }
+  EXPECT_GE(reorders, 1) << "no random model of 24 reordered the histogram's update";
 }
 
 TEST_F(HkfacPlugin, SameSeedGivesSameSchedule) {
@@ -687,6 +739,44 @@ TEST_F(HkfacPlugin, FeaturizationOfATinyReductionIsCountable) {
     }
     (void)s1s;
   }
+}
+
+
+// The per-vector loads of a matrix product's update, counted by hand: prod(x, y) += a(r, y) *
+// b(x, r) vectorized along x reads b densely (one vector load) and a once per row (one
+// broadcast). Blocked by R rows, the R rows share b's load, so it counts 1 / R per vector; a's
+// broadcast stays one per row. Seeds give blocked and unblocked schedules alike.
+TEST_F(HkfacPlugin, FeaturizationCountsABlockedProductsSharedLoadsOncePerBlock) {
+  const int n = 64, m = 96, k = 40;
+  const std::regex split(R"(prod\.update\(0\)\.split\(y\w*, \w+, (y\w*_[ir]), (\d+),)");
+  std::set<int> seen;
+  for (int seed = 1; seed <= 40 && seen.size() < 2; ++seed) {
+    ImageParam pa(Float(32), 2, "a"), pb(Float(32), 2, "b");
+    Func prod = matrix_product(pa, pb, n, m, k);
+    const std::string sd = std::to_string(seed);
+    ScopedEnv w("HL_RANDOMIZE_WEIGHTS", sd.c_str());
+    AutoSchedulerResults res = Pipeline(prod).auto_schedule("Hkfac", kTarget, machine());
+    const std::string &src = res.schedule_source;
+    if (src.find("prod.update(0).vectorize(x_v)") == std::string::npos)
+      continue;
+    // The rows R: the factor of the split whose inner y loop is unrolled, else 1.
+    int rows = 1;
+    for (std::sregex_iterator it(src.begin(), src.end(), split), end; it != end; ++it)
+      if (src.find("prod.update(0).unroll(" + (*it)[1].str() + ")") != std::string::npos)
+        rows = std::stoi((*it)[2].str());
+    seen.insert(rows > 1);
+    const std::vector<float> v = floats(res.featurization);
+    ASSERT_EQ(v.size(), 4u * (kS + kAlgo)); // a_im, b_im, prod, prod's update
+    const float *u = v.data() + 3 * (kS + kAlgo);
+    EXPECT_EQ(u[8], rows) << src;                     // unrolled extent
+    EXPECT_EQ(u[22], 8) << src;                       // vector width
+    EXPECT_FLOAT_EQ(u[26], 1.0f) << src;              // a's broadcast, per row
+    EXPECT_FLOAT_EQ(u[27], 1.0f / rows) << src;       // b's vector, per block
+    EXPECT_FLOAT_EQ(u[31], 4.0f + 32.0f / rows) << src; // bytes: 4 of a, 8 lanes x 4 of b
+    EXPECT_FLOAT_EQ(u[32], 1.0f + 1.0f / rows) << src;  // lines: a's one, b's one per block
+  }
+  EXPECT_EQ(seen.size(), 2u) << "40 random models did not give both a blocked and an unblocked "
+                                "vectorized update";
 }
 
 } // namespace

@@ -36,6 +36,14 @@ std::string display_name(const std::string &name) {
   return name.substr(0, d);
 }
 
+} // namespace
+
+std::string cpp_func_name(const std::string &func_name) {
+  return identifier(display_name(func_name));
+}
+
+namespace {
+
 std::string factor_text(double f) { return std::to_string(static_cast<long long>(f)); }
 
 // A pure definition's split shifts its last tile inwards where shifts_inwards allows (Halide's
@@ -72,7 +80,7 @@ public:
     func_ = Func(f);
     // Halide makes Func names unique with a "$n" suffix; the C++ name drops it unless two Funcs
     // would then share one.
-    name_ = identifier(display_name(f.name()));
+    name_ = cpp_func_name(f.name());
     if (!func_names_.insert(name_).second) {
       name_ = identifier(f.name());
       func_names_.insert(name_);

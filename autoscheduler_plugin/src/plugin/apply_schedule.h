@@ -19,6 +19,10 @@ namespace hkfac::sched {
 std::string apply_schedule(const PipelineAnalysis &dag, const State &state,
                            const std::vector<Halide::Internal::Function> &outputs, bool apply);
 
+// The C++ name apply_schedule gives Func `func_name` in its source, unless two Funcs would share
+// it (then the second keeps its whole Halide name).
+std::string cpp_func_name(const std::string &func_name);
+
 // The fallback: every Func that may be scheduled at root, nothing else (the plain schedule the
 // tests use as a reference). On a GPU target (`gpu`) each pure definition with a dimension runs
 // on the device: dimension 0 in blocks of 64 threads, dimension 1 as a grid dimension, the rest

@@ -166,6 +166,19 @@ private:
   std::string self_, inner_;
 };
 
+// Whether an expression calls a Func or reads a buffer.
+class ReadsData : public IRGraphVisitor {
+public:
+  bool found = false;
+
+private:
+  using IRGraphVisitor::visit;
+  void visit(const Call *op) override {
+    found |= op->call_type == Call::Halide || op->call_type == Call::Image;
+    IRGraphVisitor::visit(op);
+  }
+};
+
 } // namespace
 
 PipelineAnalysis::PipelineAnalysis(const std::vector<Function> &outputs, const Target &target)
@@ -250,6 +263,10 @@ PipelineAnalysis::PipelineAnalysis(const std::vector<Function> &outputs, const T
 
       std::vector<Expr> exprs = def.values();
       if (di > 0) {
+        ReadsData coordinates;
+        for (const Expr &a : def.args())
+          a.accept(&coordinates);
+        s.scatters = coordinates.found;
         exprs.insert(exprs.end(), def.args().begin(), def.args().end());
         if (def.predicate().defined())
           exprs.push_back(def.predicate());
@@ -286,6 +303,10 @@ PipelineAnalysis::PipelineAnalysis(const std::vector<Function> &outputs, const T
         for (const Expr &e : exprs)
           e.accept(&lanes);
       const CallClassifier &by_lane = lane != inner ? lanes : classifier;
+      CallClassifier rows(n.name, n.dims > 1 && s.pure_arg_is_loop[1] ? n.func.args()[1] : "");
+      if (di > 0 && n.dims > 1 && s.pure_arg_is_loop[1])
+        for (const Expr &e : exprs)
+          e.accept(&rows);
       for (auto &kv : boxes) {
         Access a;
         a.name = kv.first;
@@ -313,6 +334,9 @@ PipelineAnalysis::PipelineAnalysis(const std::vector<Function> &outputs, const T
           a.lane_broadcast_calls = l->second.broadcast;
           a.lane_gather_calls = l->second.gather;
         }
+        auto rc = rows.counts.find(kv.first);
+        if (rc != rows.counts.end())
+          a.row_shared_calls = rc->second.broadcast;
         if (a.producer < 0)
           n.reads_input = true;
         if (a.gather_calls > 0 && reads_one_point(kv.second))

@@ -50,6 +50,9 @@ struct Access {
   // definition they equal the counts above; for a matrix product's update they tell the
   // broadcast row operand and the dense column operand apart, which the RVar cannot.
   int lane_dense_calls = 0, lane_broadcast_calls = 0, lane_gather_calls = 0;
+  // Calls independent of the pure variable of dimension 1, where an update loops over it: a
+  // schedule that blocks the update by rows (update_nest.h) loads them once for all its rows.
+  int row_shared_calls = 0;
 };
 
 // A stage: the pure definition (index 0) or an update of a Func.
@@ -62,6 +65,8 @@ struct StageNode {
   // Pure update loops that may be parallelised or vectorised: the update writes f(..., v, ...)
   // with v its own pure variable at that position (Halide's definition of a pure var).
   std::vector<bool> pure_arg_is_loop;
+  // An update whose store coordinates read a Func or buffer (a histogram's bin): a scatter.
+  bool scatters = false;
   double points_minimum = 0; // points computed when every Func is at root
   // Symbols the accesses' bounds read: loop i's min and max at 2i and 2i + 1.
   std::vector<double> box_values(const Box &func_region) const;

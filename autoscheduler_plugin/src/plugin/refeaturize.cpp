@@ -5,12 +5,16 @@
 #include <cstring>
 #include <fstream>
 #include <iostream>
+#include <set>
+#include <sstream>
 #include <vector>
 
+#include "apply_schedule.h"
 #include "cost_model_features.h"
 #include "input_error.h"
 #include "schedule_features.h"
 #include "stage_reads.h"
+#include "update_nest.h"
 
 namespace hkfac::sched {
 
@@ -23,8 +27,10 @@ constexpr int kPerVector[] = {kCpuScalarLoadsPerVector, kCpuVectorLoadsPerVector
                               kCpuUniqueBytesReadPerVector, kCpuUniqueLinesReadPerVector};
 
 // Rewrites one featurization in place in `f`; an empty string, or why it does not fit.
-std::string patch(const PipelineAnalysis &dag, const Parameters &params, std::vector<float> &f,
-                  int &rows_changed) {
+// `blocked`: the updates the schedule's source unrolls a pure Var of ("func.k" for func's
+// update(k)), where the archive has that source; null where it does not.
+std::string patch(const PipelineAnalysis &dag, const Parameters &params,
+                  const std::set<std::string> *blocked, std::vector<float> &f, int &rows_changed) {
   const int algo = static_cast<int>(dag.funcs.empty() ? 0 : dag.funcs[0].stages[0].features.size());
   const size_t row = static_cast<size_t>(kS + algo);
   if (f.size() != row * dag.num_stages)
@@ -40,8 +46,25 @@ std::string patch(const PipelineAnalysis &dag, const Parameters &params, std::ve
       const int vw = static_cast<int>(o[kCpuVectorSize]);
       // Rows of Funcs that are not computed (inlined) have no vector size and no such loads.
       if (vw >= 1) {
+        // A blocked update's rows are its unrolled extent, unless an unrolled innermost RVar of
+        // that extent could have made it: then the file does not tell which.
+        int rows = 1;
+        const float unrolled = o[kCpuUnrolledLoopExtent];
+        if (vw > 1 && may_block_rows(fn, s) && (unrolled == 4 || unrolled == 8)) {
+          const LoopDim &in = s.loops[0];
+          rows = static_cast<int>(unrolled);
+          if (in.is_rvar && in.constant_extent && in.rextent == unrolled) {
+            if (!blocked)
+              return "stage " + std::to_string(r) + " (" + fn.name + ") unrolls " +
+                     std::to_string(rows) + ", which may be blocked rows or its innermost RVar, "
+                     "and no schedule source tells which";
+            const std::string stage = cpp_func_name(fn.name) + "." + std::to_string(s.index - 1);
+            if (!blocked->count(stage))
+              rows = 1;
+          }
+        }
         float fresh[kS] = {};
-        const VectorLoads v = vector_loads(s, vw);
+        const VectorLoads v = vector_loads(s, vw, rows);
         fresh[kCpuScalarLoadsPerVector] = static_cast<float>(v.scalar_loads);
         fresh[kCpuVectorLoadsPerVector] = static_cast<float>(v.vector_loads);
         fresh[kCpuUniqueBytesReadPerVector] = static_cast<float>(v.bytes);
@@ -75,8 +98,20 @@ int refeaturize(const PipelineAnalysis &dag, const Parameters &params, const std
   input_check(static_cast<bool>(list))
       << "Hkfac: HKFAC_REFEATURIZE=\"" << list_file << "\" cannot be read\n";
   int written = 0, refused = 0, rows_changed = 0;
-  std::string from, to;
-  while (list >> from >> to) {
+  std::string line;
+  while (std::getline(list, line)) {
+    // "old new" or "old new blocked", blocked a comma-separated list of "func.k" or "-".
+    std::istringstream fields(line);
+    std::string from, to, hint;
+    if (!(fields >> from >> to))
+      continue;
+    std::set<std::string> blocked;
+    const bool hinted = static_cast<bool>(fields >> hint);
+    for (size_t at = 0; hinted && hint != "-" && at <= hint.size();) {
+      const size_t comma = std::min(hint.find(',', at), hint.size());
+      blocked.insert(hint.substr(at, comma - at));
+      at = comma + 1;
+    }
     std::ifstream in(from, std::ios::binary);
     std::vector<char> bytes((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
     std::string why = !in.eof() && !in ? "cannot be read" : "";
@@ -85,7 +120,7 @@ int refeaturize(const PipelineAnalysis &dag, const Parameters &params, const std
       why = "is not whole float32 values";
     if (why.empty()) {
       std::memcpy(f.data(), bytes.data(), f.size() * sizeof(float));
-      why = patch(dag, params, f, rows_changed);
+      why = patch(dag, params, hinted ? &blocked : nullptr, f, rows_changed);
     }
     if (why.empty()) {
       std::ofstream out(to, std::ios::binary);

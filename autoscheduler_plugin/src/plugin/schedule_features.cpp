@@ -155,7 +155,7 @@ void cpu_schedule_features(const PipelineAnalysis &dag, const State &state,
       const double vectors = vw > 1 ? std::floor(total / vw) : 0;
       o[kCpuNumVectors] = vectors;
       o[kCpuNumScalars] = vw > 1 ? total - vectors * vw : total;
-      const VectorLoads per_vector = vector_loads(s, vw);
+      const VectorLoads per_vector = vector_loads(s, vw, blocked ? c.update_rows : 1);
       o[kCpuScalarLoadsPerVector] = per_vector.scalar_loads;
       o[kCpuVectorLoadsPerVector] = per_vector.vector_loads;
       o[kCpuScalarLoadsPerScalar] = calls;

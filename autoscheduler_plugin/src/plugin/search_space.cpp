@@ -53,15 +53,9 @@ namespace {
 
 // Whether some update of `f` may be blocked by rows (blocks_rows decides per state).
 bool has_blockable_update(const FuncNode &f) {
-  if (f.dims < 2 || f.vector_width <= 1)
-    return false;
-  for (const StageNode &s : f.stages) {
-    if (s.index == 0 || !s.pure_arg_is_loop[0] || !s.pure_arg_is_loop[1])
-      continue;
-    for (const LoopDim &l : s.loops)
-      if (l.is_rvar)
-        return true;
-  }
+  for (const StageNode &s : f.stages)
+    if (may_block_rows(f, s))
+      return true;
   return false;
 }
 

@@ -40,12 +40,17 @@ void reads(const PipelineAnalysis &dag, const LoopNestModel &model, const StageN
   }
 }
 
-VectorLoads vector_loads(const StageNode &s, int vw) {
+VectorLoads vector_loads(const StageNode &s, int vw, int rows) {
   VectorLoads v;
   for (const Access &a : s.accesses) {
-    const int dense = vw > 1 ? a.lane_dense_calls : a.dense_calls;
-    const int broadcast = vw > 1 ? a.lane_broadcast_calls : a.broadcast_calls;
-    const int gather = vw > 1 ? a.lane_gather_calls : a.gather_calls;
+    // Under row blocking, the calls no row depends on are loaded once for all `rows` rows.
+    // Which of an access's calls they are is not kept, so its kinds share them in proportion.
+    const double shared =
+        rows > 1 && a.calls > 0 ? static_cast<double>(a.row_shared_calls) / a.calls : 0;
+    const double per_row = 1 - shared + shared / std::max(rows, 1);
+    const double dense = (vw > 1 ? a.lane_dense_calls : a.dense_calls) * per_row;
+    const double broadcast = (vw > 1 ? a.lane_broadcast_calls : a.broadcast_calls) * per_row;
+    const double gather = (vw > 1 ? a.lane_gather_calls : a.gather_calls) * per_row;
     if (vw > 1) {
       v.scalar_loads += broadcast + gather * vw;
       v.vector_loads += dense;

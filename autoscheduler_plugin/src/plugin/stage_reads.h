@@ -17,10 +17,12 @@ void reads(const PipelineAnalysis &dag, const LoopNestModel &model, const StageN
 
 // What a stage computed `vw` lanes at a time (1: scalar) loads per vector, its loads classified
 // against the vectorized loop (Access::lane_*): scalar and vector loads, and the unique bytes
-// and cache lines they read, raw (before machine_adjusted_features).
+// and cache lines they read, raw (before machine_adjusted_features). An update blocked by
+// `rows` rows (update_nest.h) loads its row-independent calls once per block
+// (Access::row_shared_calls), so they count 1 / rows per vector.
 struct VectorLoads {
   double scalar_loads = 0, vector_loads = 0, bytes = 0, lines = 0;
 };
-VectorLoads vector_loads(const StageNode &s, int vw);
+VectorLoads vector_loads(const StageNode &s, int vw, int rows = 1);
 
 } // namespace hkfac::sched

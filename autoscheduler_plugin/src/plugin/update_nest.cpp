@@ -8,10 +8,20 @@ namespace hkfac::sched {
 
 namespace {
 
+// Whether a tiled order splits the update's pure dimension `d` by the Func's tile: where the
+// Func's tile splits it, except a scatter's dimension the tile does not divide (a histogram's
+// channel loop split by 2 of 3 with GuardWithIf overflowed Halide 14's constant folding).
+bool tiles_pure(const StageNode &s, const FuncChoice &c, const FuncModel &m, int d) {
+  if (c.placement != Placement::Root || !m.split[d])
+    return false;
+  return !s.scatters || std::fmod(std::max(1.0, m.region[d].extent()), c.tile[d]) == 0;
+}
+
 // The extent one iteration of the stage's loops over dimension `d` covers: the Func's tile where
 // a tiled order splits it, else the whole region.
-double pure_extent(const FuncChoice &c, const FuncModel &m, UpdateOrder order, int d) {
-  if (order != kRVarsInner && c.placement == Placement::Root && m.split[d])
+double pure_extent(const StageNode &s, const FuncChoice &c, const FuncModel &m, UpdateOrder order,
+                   int d) {
+  if (order != kRVarsInner && tiles_pure(s, c, m, d))
     return c.tile[d];
   return std::max(1.0, m.region[d].extent());
 }
@@ -19,7 +29,7 @@ double pure_extent(const FuncChoice &c, const FuncModel &m, UpdateOrder order, i
 bool vectorizes(const FuncNode &f, const StageNode &s, const FuncChoice &c, const FuncModel &m,
                 UpdateOrder order) {
   return c.vectorize && f.dims > 0 && s.pure_arg_is_loop[0] && m.vector_width > 1 &&
-         pure_extent(c, m, order, 0) >= m.vector_width;
+         pure_extent(s, c, m, order, 0) >= m.vector_width;
 }
 
 UpdateLoop *find_loop(std::vector<UpdateLoop> &loops, const std::string &var) {
@@ -83,8 +93,8 @@ UpdateNest tiled_nest(const FuncNode &f, const StageNode &s, const FuncChoice &c
       continue;
     const int d = l.pure_arg;
     std::string inner = l.var;
-    double e = pure_extent(c, m, order, d);
-    if (c.placement == Placement::Root && m.split[d]) {
+    double e = pure_extent(s, c, m, order, d);
+    if (tiles_pure(s, c, m, d)) {
       n.splits.push_back({l.var, l.var + "_o", l.var + "_i", false, c.tile[d]});
       tile_loops.push_back({l.var + "_o", false, std::ceil(m.region[d].extent() / c.tile[d])});
       inner = l.var + "_i";
@@ -161,19 +171,23 @@ int split_rvar(const StageNode &s, int factor) {
   return l.constant_extent && l.rextent >= 2.0 * factor ? outermost : -1;
 }
 
-bool blocks_rows(const FuncNode &f, const StageNode &s, const FuncModel &m, const FuncChoice &c) {
-  const int rows = c.update_rows;
-  if (rows <= 1 || s.index == 0 || f.dims < 2 || !s.pure_arg_is_loop[0] ||
-      !s.pure_arg_is_loop[1] || m.vector_width <= 1)
-    return false;
-  const UpdateOrder order = stage_update_order(s, c);
-  if (order == kRVarsOuter || pure_extent(c, m, order, 0) < m.vector_width ||
-      pure_extent(c, m, order, 1) < 2.0 * rows)
+bool may_block_rows(const FuncNode &f, const StageNode &s) {
+  if (s.index == 0 || f.dims < 2 || f.vector_width <= 1 || !s.pure_arg_is_loop[0] ||
+      !s.pure_arg_is_loop[1])
     return false;
   for (const LoopDim &l : s.loops)
     if (l.is_rvar)
       return true;
   return false;
+}
+
+bool blocks_rows(const FuncNode &f, const StageNode &s, const FuncModel &m, const FuncChoice &c) {
+  const int rows = c.update_rows;
+  if (rows <= 1 || m.vector_width <= 1 || !may_block_rows(f, s))
+    return false;
+  const UpdateOrder order = stage_update_order(s, c);
+  return order != kRVarsOuter && pure_extent(s, c, m, order, 0) >= m.vector_width &&
+         pure_extent(s, c, m, order, 1) >= 2.0 * rows;
 }
 
 UpdateNest update_nest(const FuncNode &f, const StageNode &s, const FuncChoice &c,

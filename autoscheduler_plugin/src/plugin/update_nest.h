@@ -33,9 +33,9 @@ struct UpdateSplit {
 // of at least two splits) moves its RVars out whole. kRVarsInner reproduces the schedules before
 // the other orders existed: the vector lanes and blocked rows innermost, the RVars around them,
 // the pure loops over the whole region, the outermost one parallel. The tiled orders split the
-// pure loops by the Func's tile (Root Funcs) and put, innermost first: lanes, blocked rows, the
-// RVars that stay in, the tile's pure loops, the RVars moved out, the tile loops (the outermost
-// parallel).
+// pure loops by the Func's tile (Root Funcs; a scatter's only where the tile divides them) and
+// put, innermost first: lanes, blocked rows, the RVars that stay in, the tile's pure loops, the
+// RVars moved out, the tile loops (the outermost parallel).
 struct UpdateNest {
   UpdateOrder order = kRVarsInner;
   std::vector<UpdateSplit> splits;
@@ -55,6 +55,10 @@ UpdateOrder stage_update_order(const StageNode &s, const FuncChoice &c);
 // The index in s.loops of the RVar kRVarSplit splits by `factor`: the outermost RVar, where its
 // extent is a constant of at least two splits; -1 where there is none.
 int split_rvar(const StageNode &s, int factor);
+
+// Whether stage `s` of `f` is of the shape row blocking applies to, whatever the schedule: an
+// update with an RVar whose pure loops include dimensions 0 and 1, of a Func that vectorizes.
+bool may_block_rows(const FuncNode &f, const StageNode &s);
 
 // Whether update stage `s` of `f` is blocked by c.update_rows rows (FuncChoice::update_rows): it
 // has RVars that stay innermost (not kRVarsOuter), both dimensions 0 and 1 are its pure loops, it
