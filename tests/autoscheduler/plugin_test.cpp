@@ -250,15 +250,7 @@ TEST_F(HkfacPlugin, ReorderedAndSplitReductionsComputeWhatPlainLoopsCompute) {
   const int n = 45, m = 70, k = 157, w = 61, h = 83, cw = 37, ch = 29, co = 6, ci = 40;
   std::vector<Reduction> cases;
   cases.push_back({"product",
-                   [&](ImageParam &a, ImageParam &b) {
-                     Func prod("prod");
-                     Var x("x"), y("y");
-                     RDom r(0, k, "r");
-                     prod(x, y) = 0.0f;
-                     prod(x, y) += a(r, y) * b(x, r);
-                     prod.set_estimates({{0, m}, {0, n}});
-                     return prod;
-                   },
+                   [&](ImageParam &a, ImageParam &b) { return matrix_product(a, b, n, m, k); },
                    {k, n}, {m, k}, {m, n},
                    [&](const Buffer<float> &a, const Buffer<float> &b, const std::vector<int> &p) {
                      float sum = 0;

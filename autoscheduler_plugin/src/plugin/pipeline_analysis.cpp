@@ -303,8 +303,10 @@ PipelineAnalysis::PipelineAnalysis(const std::vector<Function> &outputs, const T
         for (const Expr &e : exprs)
           e.accept(&lanes);
       const CallClassifier &by_lane = lane != inner ? lanes : classifier;
-      CallClassifier rows(n.name, n.dims > 1 && s.pure_arg_is_loop[1] ? n.func.args()[1] : "");
-      if (di > 0 && n.dims > 1 && s.pure_arg_is_loop[1])
+      // Only an update with a pure row loop can be blocked by rows (update_nest.h).
+      const bool row_loop = di > 0 && n.dims > 1 && s.pure_arg_is_loop[1];
+      CallClassifier rows(n.name, row_loop ? n.func.args()[1] : "");
+      if (row_loop)
         for (const Expr &e : exprs)
           e.accept(&rows);
       for (auto &kv : boxes) {
