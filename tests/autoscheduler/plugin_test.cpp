@@ -3,6 +3,7 @@
 // values one can count by hand.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstdlib>
 #include <cstring>
@@ -119,9 +120,9 @@ Func matrix_product(ImageParam &pa, ImageParam &pb, int n, int m, int k) {
   return prod;
 }
 
-// A matrix product whose update the search may block by rows (FuncChoice::update_rows): with
-// rows, columns and depth that no block, vector or unroll divides, a blocked schedule must
-// compute the product a plain loop computes.
+// A matrix product whose update the search may block by rows (FuncChoice::update_rows) and by
+// vectors side by side (update_vectors): with rows, columns and depth that no block, vector or
+// unroll divides, a schedule blocked either way must compute the product a plain loop computes.
 TEST_F(HkfacPlugin, RowBlockedReductionComputesThePlainProduct) {
   const int n = 45, m = 70, k = 37;
   Buffer<float> a(k, n), b(m, k);
@@ -131,17 +132,20 @@ TEST_F(HkfacPlugin, RowBlockedReductionComputesThePlainProduct) {
   for (int i = 0; i < k; ++i)
     for (int j = 0; j < m; ++j)
       b(j, i) = std::cos(0.2f * i - 0.5f * j);
-  bool found = false;
-  for (int seed = 1; seed <= 40 && !found; ++seed) {
+  bool rows = false, columns = false;
+  for (int seed = 1; seed <= 60 && !(rows && columns); ++seed) {
     ImageParam pa(Float(32), 2, "a"), pb(Float(32), 2, "b");
     Func prod = matrix_product(pa, pb, n, m, k);
     const std::string s = std::to_string(seed);
     ScopedEnv w("HL_RANDOMIZE_WEIGHTS", s.c_str());
     Pipeline pipe(prod);
     AutoSchedulerResults res = pipe.auto_schedule("Hkfac", kTarget, machine());
-    if (res.schedule_source.find("prod.update(0).unroll(y_i)") == std::string::npos)
+    const bool by_rows = res.schedule_source.find("prod.update(0).unroll(y_") != std::string::npos;
+    const bool by_columns = res.schedule_source.find("prod.update(0).unroll(x_u)") != std::string::npos;
+    if ((!by_rows || rows) && (!by_columns || columns))
       continue;
-    found = true;
+    rows = rows || by_rows;
+    columns = columns || by_columns;
     pa.set(a);
     pb.set(b);
     Buffer<float> got = pipe.realize({m, n}, kTarget);
@@ -154,7 +158,8 @@ TEST_F(HkfacPlugin, RowBlockedReductionComputesThePlainProduct) {
                                                                     << res.schedule_source;
       }
   }
-  EXPECT_TRUE(found) << "no random model of 40 blocked the product's rows";
+  EXPECT_TRUE(rows) << "no random model of 60 blocked the product's rows";
+  EXPECT_TRUE(columns) << "no random model of 60 blocked the product's columns";
 }
 
 // A chain of 3 x 3 box filters over a clamped input: too many calls to inline it all, so the
@@ -294,15 +299,15 @@ TEST_F(HkfacPlugin, ReorderedAndSplitReductionsComputeWhatPlainLoopsCompute) {
                            sum += b(i, j, z, p[2]) * a(p[0] + i, p[1] + j, z);
                      return sum;
                    }});
-  // Under kRVarsOuter a pure loop follows the lanes in the update's reorder; under kRVarSplit
-  // the update splits an RVar.
-  const std::regex reordered("\\.update\\(0\\)\\.reorder\\(x_v, (y_r, )?x(_i)?[,)]");
+  // Under kRVarsOuter a pure loop follows the lanes (and blocked vectors and rows) in the
+  // update's reorder; under kRVarSplit the update splits an RVar.
+  const std::regex reordered("\\.update\\(0\\)\\.reorder\\(x_v, (x_u, )?(y_r, )?x(_i)?[,)]");
   const std::regex split("\\.update\\(0\\)\\.split\\(r_[xyz], r_[xyz]_o, ");
   for (const Reduction &rc : cases) {
     SCOPED_TRACE(rc.name);
     const Buffer<float> a = filled(rc.a_size, 0.2f), b = filled(rc.b_size, 1.3f);
     int reorders = 0, splits = 0;
-    for (int seed = 1; seed <= 12 && (reorders < 1 || splits < 1); ++seed) {
+    for (int seed = 1; seed <= 24 && (reorders < 1 || splits < 1); ++seed) {
       const std::string s = std::to_string(seed);
       ScopedEnv rw("HL_RANDOMIZE_WEIGHTS", s.c_str());
       ScopedEnv kinds("HKFAC_PLACEMENTS", seed % 2 ? "root,reorder" : "root,rsplit");
@@ -340,8 +345,8 @@ TEST_F(HkfacPlugin, ReorderedAndSplitReductionsComputeWhatPlainLoopsCompute) {
         }
       });
     }
-    EXPECT_GE(reorders, 1) << "no random model of 12 reordered the update";
-    EXPECT_GE(splits, 1) << "no random model of 12 split the update's RVar";
+    EXPECT_GE(reorders, 1) << "no random model of 24 reordered the update";
+    EXPECT_GE(splits, 1) << "no random model of 24 split the update's RVar";
   }
 }
 
@@ -736,13 +741,19 @@ TEST_F(HkfacPlugin, FeaturizationOfATinyReductionIsCountable) {
 
 // The per-vector loads of a matrix product's update, counted by hand: prod(x, y) += a(r, y) *
 // b(x, r) vectorized along x reads b densely (one vector load) and a once per row (one
-// broadcast). Blocked by R rows, the R rows share b's load, so it counts 1 / R per vector; a's
-// broadcast stays one per row. Seeds give blocked and unblocked schedules alike.
+// broadcast). Blocked by R rows, the R rows share b's load, so it counts 1 / R per vector; blocked
+// by V vectors side by side, the V vectors share a's broadcast, 1 / V per vector. Seeds give
+// unblocked, row-blocked and row-and-column-blocked schedules alike.
 TEST_F(HkfacPlugin, FeaturizationCountsABlockedProductsSharedLoadsOncePerBlock) {
   const int n = 64, m = 96, k = 40;
   const std::regex split(R"(prod\.update\(0\)\.split\(y\w*, \w+, (y\w*_[ir]), (\d+),)");
-  std::set<int> seen;
-  for (int seed = 1; seed <= 40 && seen.size() < 2; ++seed) {
+  const std::regex columns(R"(prod\.update\(0\)\.split\(x\w*, \w+, x_w, (\d+),)");
+  std::set<std::pair<int, int>> seen;
+  const std::set<std::pair<int, int>> wanted{{0, 0}, {1, 0}, {1, 1}};
+  auto all_seen = [&] {
+    return std::includes(seen.begin(), seen.end(), wanted.begin(), wanted.end());
+  };
+  for (int seed = 1; seed <= 60 && !all_seen(); ++seed) {
     ImageParam pa(Float(32), 2, "a"), pb(Float(32), 2, "b");
     Func prod = matrix_product(pa, pb, n, m, k);
     const std::string sd = std::to_string(seed);
@@ -756,19 +767,26 @@ TEST_F(HkfacPlugin, FeaturizationCountsABlockedProductsSharedLoadsOncePerBlock) 
     for (std::sregex_iterator it(src.begin(), src.end(), split), end; it != end; ++it)
       if (src.find("prod.update(0).unroll(" + (*it)[1].str() + ")") != std::string::npos)
         rows = std::stoi((*it)[2].str());
-    seen.insert(rows > 1);
+    // The vectors V: the x_w split's factor over the 8 lanes, where x_u is unrolled, else 1.
+    int vectors = 1;
+    std::smatch cm;
+    if (std::regex_search(src, cm, columns) &&
+        src.find("prod.update(0).unroll(x_u)") != std::string::npos)
+      vectors = std::stoi(cm[1].str()) / 8;
+    seen.insert({rows > 1, vectors > 1});
     const std::vector<float> v = floats(res.featurization);
     ASSERT_EQ(v.size(), 4u * (kS + kAlgo)); // a_im, b_im, prod, prod's update
     const float *u = v.data() + 3 * (kS + kAlgo);
-    EXPECT_EQ(u[8], rows) << src;                     // unrolled extent
-    EXPECT_EQ(u[22], 8) << src;                       // vector width
-    EXPECT_FLOAT_EQ(u[26], 1.0f) << src;              // a's broadcast, per row
-    EXPECT_FLOAT_EQ(u[27], 1.0f / rows) << src;       // b's vector, per block
-    EXPECT_FLOAT_EQ(u[31], 4.0f + 32.0f / rows) << src; // bytes: 4 of a, 8 lanes x 4 of b
-    EXPECT_FLOAT_EQ(u[32], 1.0f + 1.0f / rows) << src;  // lines: a's one, b's one per block
+    const float r = static_cast<float>(rows), c = static_cast<float>(vectors);
+    EXPECT_EQ(u[8], rows * vectors) << src;               // unrolled extent
+    EXPECT_EQ(u[22], 8) << src;                           // vector width
+    EXPECT_FLOAT_EQ(u[26], 1.0f / c) << src;              // a's broadcast, per row and block
+    EXPECT_FLOAT_EQ(u[27], 1.0f / r) << src;              // b's vector, per block of rows
+    EXPECT_FLOAT_EQ(u[31], 4.0f / c + 32.0f / r) << src;  // bytes: 4 of a, 8 lanes x 4 of b
+    EXPECT_FLOAT_EQ(u[32], 1.0f / c + 1.0f / r) << src;   // lines: a's one, b's one
   }
-  EXPECT_EQ(seen.size(), 2u) << "40 random models did not give both a blocked and an unblocked "
-                                "vectorized update";
+  EXPECT_TRUE(all_seen()) << "60 random models did not give an unblocked, a row-blocked and a "
+                                "row-and-column-blocked vectorized update";
 }
 
 } // namespace

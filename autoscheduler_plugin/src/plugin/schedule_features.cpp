@@ -68,6 +68,8 @@ void cpu_schedule_features(const PipelineAnalysis &dag, const State &state,
       const UpdateOrder order = s.index == 0 ? kRVarsInner : stage_update_order(s, c);
       const UpdateNest nest = order != kRVarsInner ? update_nest(f, s, c, m) : UpdateNest{};
       const bool blocked = s.index > 0 && blocks_rows(f, s, m, c);
+      const int tile_vectors = s.index > 0 && blocks_columns(f, s, m, c) ? c.update_vectors : 1;
+      const bool register_tile = blocked || tile_vectors > 1;
       const bool tiled = s.index == 0 || nest.order != kRVarsInner;
       const double tiles = s.index == 0 ? m.tiles : nest.order != kRVarsInner ? nest.tiles : 1;
       const double tasks = s.index == 0                  ? m.tasks
@@ -91,7 +93,8 @@ void cpu_schedule_features(const PipelineAnalysis &dag, const State &state,
                           : (tiled ? m.inner[s.loops[0].pure_arg] : m.region[s.loops[0].pure_arg].extent());
       if (s.index > 0 && nest.order != kRVarsInner) {
         for (const UpdateLoop &l : nest.loops) {
-          if (l.kind == UpdateLoop::kVectorized || (blocked && l.kind == UpdateLoop::kUnrolled && !l.rvar))
+          if (l.kind == UpdateLoop::kVectorized ||
+              (register_tile && l.kind == UpdateLoop::kUnrolled && !l.rvar))
             continue;
           inner0 = l.rvar ? l.extent : l.extent * vw;
           break;
@@ -99,8 +102,8 @@ void cpu_schedule_features(const PipelineAnalysis &dag, const State &state,
       }
       inner_pure = innermost_dim < 0 ? 1 : (tiled ? m.inner[innermost_dim] : m.region[innermost_dim].extent());
       double unrolled = 1;
-      if (blocked) {
-        unrolled = c.update_rows;
+      if (register_tile) {
+        unrolled = (blocked ? c.update_rows : 1) * tile_vectors;
       } else if (s.index > 0 && nest.order != kRVarsInner) {
         for (const UpdateLoop &l : nest.loops)
           if (l.kind == UpdateLoop::kUnrolled)
@@ -155,7 +158,7 @@ void cpu_schedule_features(const PipelineAnalysis &dag, const State &state,
       const double vectors = vw > 1 ? std::floor(total / vw) : 0;
       o[kCpuNumVectors] = vectors;
       o[kCpuNumScalars] = vw > 1 ? total - vectors * vw : total;
-      const VectorLoads per_vector = vector_loads(s, vw, blocked ? c.update_rows : 1);
+      const VectorLoads per_vector = vector_loads(s, vw, blocked ? c.update_rows : 1, tile_vectors);
       o[kCpuScalarLoadsPerVector] = per_vector.scalar_loads;
       o[kCpuVectorLoadsPerVector] = per_vector.vector_loads;
       o[kCpuScalarLoadsPerScalar] = calls;

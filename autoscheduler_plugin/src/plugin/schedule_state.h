@@ -58,6 +58,9 @@ struct FuncChoice {
   // `update_rows` rows of dimension 1 at once, unrolled, inside its RVar loops, so one load of a
   // reduction's operand serves that many accumulators. 1: no blocking.
   int update_rows = 1;
+  // The same along dimension 0 (see blocks_columns): `update_vectors` vectors side by side,
+  // unrolled, so one broadcast of an operand no column depends on serves them all.
+  int update_vectors = 1;
   UpdateOrder update_order = kRVarsInner;
   int rvar_split = 1; // kRVarSplit's factor
   // GPU targets (gpu_search_space.h). A device Root Func's `tile` is one block's extent per
@@ -73,6 +76,7 @@ struct FuncChoice {
     return placement == o.placement && at_func == o.at_func && at_level == o.at_level &&
            store_outer == o.store_outer && tile == o.tile && parallel_dims == o.parallel_dims && vectorize == o.vectorize &&
            unroll_rvars == o.unroll_rvars && update_rows == o.update_rows &&
+           update_vectors == o.update_vectors &&
            update_order == o.update_order && rvar_split == o.rvar_split && gpu == o.gpu &&
            threads == o.threads && reg == o.reg;
   }

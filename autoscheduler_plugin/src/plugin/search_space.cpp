@@ -105,24 +105,32 @@ std::vector<FuncChoice> func_choices(const PipelineAnalysis &dag, const State &s
     if (out[i].placement == Placement::Inline)
       continue;
     FuncChoice c = out[i];
+    // Register tiles (rows x vectors): 8 accumulators, or 4 x 2 sharing both operands' loads.
+    const std::pair<int, int> tiles[] = {{4, 1}, {8, 1}, {4, 2}};
     if (blockable) {
-      for (int rows : {4, 8}) {
+      for (auto [rows, vectors] : tiles) {
         c.update_rows = rows;
+        c.update_vectors = vectors;
         out.push_back(c);
       }
     }
     if (reorder) {
       c.update_rows = 1;
+      c.update_vectors = 1;
       c.update_order = kRVarsOuter;
       out.push_back(c);
     }
     for (int k : splits) {
       c.update_order = kRVarSplit;
       c.rvar_split = k;
-      for (int rows : {1, 4, 8}) {
-        if (rows > 1 && !blockable)
-          continue;
+      c.update_rows = 1;
+      c.update_vectors = 1;
+      out.push_back(c);
+      for (auto [rows, vectors] : tiles) {
+        if (!blockable)
+          break;
         c.update_rows = rows;
+        c.update_vectors = vectors;
         out.push_back(c);
       }
     }

@@ -40,7 +40,7 @@ void reads(const PipelineAnalysis &dag, const LoopNestModel &model, const StageN
   }
 }
 
-VectorLoads vector_loads(const StageNode &s, int vw, int rows) {
+VectorLoads vector_loads(const StageNode &s, int vw, int rows, int vectors) {
   VectorLoads v;
   for (const Access &a : s.accesses) {
     // Under row blocking, the calls no row depends on are loaded once for all `rows` rows.
@@ -49,7 +49,9 @@ VectorLoads vector_loads(const StageNode &s, int vw, int rows) {
         rows > 1 && a.calls > 0 ? static_cast<double>(a.row_shared_calls) / a.calls : 0;
     const double per_row = 1 - shared + shared / std::max(rows, 1);
     const double dense = (vw > 1 ? a.lane_dense_calls : a.dense_calls) * per_row;
-    const double broadcast = (vw > 1 ? a.lane_broadcast_calls : a.broadcast_calls) * per_row;
+    const double broadcast = (vw > 1 ? a.lane_broadcast_calls / static_cast<double>(std::max(vectors, 1))
+                                     : a.broadcast_calls) *
+                             per_row;
     const double gather = (vw > 1 ? a.lane_gather_calls : a.gather_calls) * per_row;
     if (vw > 1) {
       v.scalar_loads += broadcast + gather * vw;

@@ -19,10 +19,12 @@ void reads(const PipelineAnalysis &dag, const LoopNestModel &model, const StageN
 // against the vectorized loop (Access::lane_*): scalar and vector loads, and the unique bytes
 // and cache lines they read, raw (before machine_adjusted_features). An update blocked by
 // `rows` rows (update_nest.h) loads its row-independent calls once per block
-// (Access::row_shared_calls), so they count 1 / rows per vector.
+// (Access::row_shared_calls), so they count 1 / rows per vector; one blocked by `vectors`
+// vectors side by side broadcasts its column-independent calls (Access::lane_broadcast_calls)
+// once for all of them, 1 / vectors per vector.
 struct VectorLoads {
   double scalar_loads = 0, vector_loads = 0, bytes = 0, lines = 0;
 };
-VectorLoads vector_loads(const StageNode &s, int vw, int rows = 1);
+VectorLoads vector_loads(const StageNode &s, int vw, int rows = 1, int vectors = 1);
 
 } // namespace hkfac::sched

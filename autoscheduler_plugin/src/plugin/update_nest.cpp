@@ -47,21 +47,29 @@ UpdateNest inner_nest(const FuncNode &f, const StageNode &s, const FuncChoice &c
                        l.is_rvar ? std::max(1.0, l.rextent) : std::max(1.0, m.region[l.pure_arg].extent())});
   const bool vectorized = vectorizes(f, s, c, m, kRVarsInner);
   n.blocked = vectorized && blocks_rows(f, s, m, c);
+  n.vectors = vectorized && blocks_columns(f, s, m, c) ? c.update_vectors : 1;
   const std::string x = f.dims > 0 ? f.func.args()[0] : std::string();
   const std::string y = f.dims > 1 ? f.func.args()[1] : std::string();
   if (vectorized) {
     const double vw = m.vector_width;
-    n.splits.push_back({x, x, x + "_v", false, vw});
     UpdateLoop *lx = find_loop(n.loops, x);
-    lx->extent = std::ceil(lx->extent / vw);
+    lx->extent = std::ceil(lx->extent / (vw * n.vectors));
+    if (n.vectors > 1) {
+      n.splits.push_back({x, x, x + "_w", false, vw * n.vectors});
+      n.splits.push_back({x + "_w", x + "_u", x + "_v", false, vw});
+      n.loops.insert(n.loops.begin(),
+                     {x + "_u", false, static_cast<double>(n.vectors), UpdateLoop::kUnrolled});
+    } else {
+      n.splits.push_back({x, x, x + "_v", false, vw});
+    }
     n.loops.insert(n.loops.begin(), {x + "_v", false, vw, UpdateLoop::kVectorized});
     if (n.blocked) {
-      // x_v, y_i innermost, the RVars around them, y_o where y was.
+      // x_v (x_u), y_i innermost, the RVars around them, y_o where y was.
       n.splits.push_back({y, y + "_o", y + "_i", false, static_cast<double>(c.update_rows)});
       UpdateLoop *ly = find_loop(n.loops, y);
       ly->var = y + "_o";
       ly->extent = std::ceil(ly->extent / c.update_rows);
-      n.loops.insert(n.loops.begin() + 1,
+      n.loops.insert(n.loops.begin() + (n.vectors > 1 ? 2 : 1),
                      {y + "_i", false, static_cast<double>(c.update_rows), UpdateLoop::kUnrolled});
     }
     n.reordered = true;
@@ -74,8 +82,8 @@ UpdateNest inner_nest(const FuncNode &f, const StageNode &s, const FuncChoice &c
     l->kind = UpdateLoop::kParallel;
     n.tasks = l->extent;
   }
-  if (!n.blocked && c.unroll_rvars && s.loops[0].is_rvar && s.loops[0].constant_extent &&
-      s.loops[0].rextent <= 8)
+  if (!n.blocked && n.vectors == 1 && c.unroll_rvars && s.loops[0].is_rvar &&
+      s.loops[0].constant_extent && s.loops[0].rextent <= 8)
     find_loop(n.loops, s.loops[0].var)->kind = UpdateLoop::kUnrolled;
   return n;
 }
@@ -87,6 +95,7 @@ UpdateNest tiled_nest(const FuncNode &f, const StageNode &s, const FuncChoice &c
   n.reordered = true;
   const bool vectorized = vectorizes(f, s, c, m, order);
   n.blocked = vectorized && blocks_rows(f, s, m, c);
+  n.vectors = vectorized && blocks_columns(f, s, m, c) ? c.update_vectors : 1;
   std::vector<UpdateLoop> lanes, rvars_in, pure_in, rvars_out, tile_loops;
   for (const LoopDim &l : s.loops) {
     if (l.is_rvar)
@@ -100,10 +109,17 @@ UpdateNest tiled_nest(const FuncNode &f, const StageNode &s, const FuncChoice &c
       inner = l.var + "_i";
     }
     if (d == 0 && vectorized) {
-      n.splits.push_back({inner, inner, l.var + "_v", false, static_cast<double>(m.vector_width)});
-      lanes.insert(lanes.begin(), {l.var + "_v", false, static_cast<double>(m.vector_width),
-                                   UpdateLoop::kVectorized});
-      e = std::ceil(e / m.vector_width);
+      const double vw = m.vector_width;
+      if (n.vectors > 1) {
+        n.splits.push_back({inner, inner, l.var + "_w", false, vw * n.vectors});
+        n.splits.push_back({l.var + "_w", l.var + "_u", l.var + "_v", false, vw});
+        lanes.insert(lanes.begin(), {l.var + "_u", false, static_cast<double>(n.vectors),
+                                     UpdateLoop::kUnrolled});
+      } else {
+        n.splits.push_back({inner, inner, l.var + "_v", false, vw});
+      }
+      lanes.insert(lanes.begin(), {l.var + "_v", false, vw, UpdateLoop::kVectorized});
+      e = std::ceil(e / (vw * n.vectors));
     }
     if (d == 1 && n.blocked) {
       n.splits.push_back({inner, inner, l.var + "_r", false, static_cast<double>(c.update_rows)});
@@ -128,7 +144,7 @@ UpdateNest tiled_nest(const FuncNode &f, const StageNode &s, const FuncChoice &c
     }
   }
   // A small constant RVar that stays innermost unrolls, as under kRVarsInner.
-  if (!n.blocked && c.unroll_rvars && !rvars_in.empty() && s.loops[0].is_rvar &&
+  if (!n.blocked && n.vectors == 1 && c.unroll_rvars && !rvars_in.empty() && s.loops[0].is_rvar &&
       rvars_in[0].var == s.loops[0].var && s.loops[0].constant_extent && s.loops[0].rextent <= 8)
     rvars_in[0].kind = UpdateLoop::kUnrolled;
   for (const UpdateLoop &l : tile_loops)
@@ -187,7 +203,16 @@ bool blocks_rows(const FuncNode &f, const StageNode &s, const FuncModel &m, cons
     return false;
   const UpdateOrder order = stage_update_order(s, c);
   return order != kRVarsOuter && pure_extent(s, c, m, order, 0) >= m.vector_width &&
-         pure_extent(s, c, m, order, 1) >= 2.0 * rows;
+         pure_extent(s, c, m, order, 1) >= rows;
+}
+
+bool blocks_columns(const FuncNode &f, const StageNode &s, const FuncModel &m,
+                    const FuncChoice &c) {
+  const int vectors = c.update_vectors;
+  if (vectors <= 1 || m.vector_width <= 1 || !may_block_rows(f, s))
+    return false;
+  const UpdateOrder order = stage_update_order(s, c);
+  return order != kRVarsOuter && pure_extent(s, c, m, order, 0) >= m.vector_width * vectors;
 }
 
 UpdateNest update_nest(const FuncNode &f, const StageNode &s, const FuncChoice &c,

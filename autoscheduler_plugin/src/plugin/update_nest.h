@@ -35,13 +35,15 @@ struct UpdateSplit {
 // the pure loops over the whole region, the outermost one parallel. The tiled orders split the
 // pure loops by the Func's tile (Root Funcs; a scatter's only where the tile divides them) and
 // put, innermost first: lanes, blocked rows, the RVars that stay in, the tile's pure loops, the
-// RVars moved out, the tile loops (the outermost parallel).
+// RVars moved out, the tile loops (the outermost parallel). Blocked columns split the vector
+// loop once more: `x_v` lanes innermost, then `x_u`, the vectors side by side, unrolled.
 struct UpdateNest {
   UpdateOrder order = kRVarsInner;
   std::vector<UpdateSplit> splits;
   std::vector<UpdateLoop> loops; // innermost first
   bool reordered = false;        // `loops` is issued as a reorder; else Halide's default order
   bool blocked = false;          // rows of dimension 1 blocked (FuncChoice::update_rows)
+  int vectors = 1;               // vectors of dimension 0 side by side (FuncChoice::update_vectors)
   double tiles = 1;              // iterations of the tile loops (tiled orders)
   double tasks = 1;              // iterations of the parallel loop
 };
@@ -62,8 +64,15 @@ bool may_block_rows(const FuncNode &f, const StageNode &s);
 
 // Whether update stage `s` of `f` is blocked by c.update_rows rows (FuncChoice::update_rows): it
 // has RVars that stay innermost (not kRVarsOuter), both dimensions 0 and 1 are its pure loops, it
-// is vectorized along 0, and the rows its loop over dimension 1 covers hold two blocks.
+// is vectorized along 0, and the rows its loop over dimension 1 covers hold a block.
 bool blocks_rows(const FuncNode &f, const StageNode &s, const FuncModel &m, const FuncChoice &c);
+
+// Whether update stage `s` of `f` computes c.update_vectors vectors of dimension 0 side by side
+// (FuncChoice::update_vectors): of the shape row blocking applies to, not kRVarsOuter, and the
+// columns its loop over dimension 0 covers hold that many vectors. Rows and columns together
+// make a register tile, the reduction's loops around it (Adams2019's innermost tiles).
+bool blocks_columns(const FuncNode &f, const StageNode &s, const FuncModel &m,
+                    const FuncChoice &c);
 
 UpdateNest update_nest(const FuncNode &f, const StageNode &s, const FuncChoice &c,
                        const FuncModel &m);
