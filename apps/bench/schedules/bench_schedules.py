@@ -66,6 +66,11 @@ def parse_args():
     p.add_argument("--rounds", type=int, default=5, help="interleaved benchmark rounds")
     p.add_argument("--min-time", type=float, default=0.2,
                    help="RunGen --benchmark_min_time per variant and round, seconds")
+    p.add_argument("--retain-freed-memory", dest="retain_freed_memory", action="store_true",
+                   help="run RunGen with glibc's mmap and trim thresholds raised as "
+                        "hkfac::retain_freed_memory raises them (MALLOC_MMAP_THRESHOLD_, "
+                        "MALLOC_TRIM_THRESHOLD_): a schedule's large per-task buffers then stay "
+                        "in the heap between tasks instead of being unmapped and faulted in again")
     p.add_argument("--timeout", type=float, default=3600,
                    help="limit for one generator or RunGen call, seconds")
     p.add_argument("--rel-tol", type=float, default=1e-4,
@@ -483,6 +488,10 @@ def main():
             apps.append(name)
     global RUNGEN_ENV
     RUNGEN_ENV = rungen_env() if "opencl" in (args.target or "") else None
+    if args.retain_freed_memory:
+        # glibc's thresholds as hkfac::retain_freed_memory sets them, through its environment.
+        RUNGEN_ENV = dict(RUNGEN_ENV or os.environ)
+        RUNGEN_ENV.update(MALLOC_MMAP_THRESHOLD_=str(256 << 20), MALLOC_TRIM_THRESHOLD_=str(512 << 20))
     if args.verify_only and RUNGEN_ENV is not None and not args.no_run and not (
             "LD_PRELOAD" in RUNGEN_ENV and os.path.isdir("/etc/OpenCL/vendors") and
             os.listdir("/etc/OpenCL/vendors")):
