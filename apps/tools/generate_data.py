@@ -235,11 +235,17 @@ class HostLoad:
         return max(0.0, (end[0] - self.start[0]) - (end[1] - self.start[1])) / wall
 
 
+# glibc's thresholds as hkfac::retain_freed_memory sets them (runtime/src/allocator.cpp).
+RETAINED_MALLOC = {"MALLOC_MMAP_THRESHOLD_": str(256 << 20), "MALLOC_TRIM_THRESHOLD_": str(512 << 20)}
+
+
 def benchmark(args, d):
     """Times the benchmark with RunGen; returns milliseconds, or None (marked FAILED). Raises
     HostBusy when every try ran beside more than --max-foreign-load cores of other work."""
     env = dict(os.environ)
     env["HL_NUM_THREADS"] = str(args.threads)
+    if args.retain_freed_memory:
+        env.update(RETAINED_MALLOC)
     cmd = [os.path.join(d, "bench"), "--estimate_all", "--benchmarks=all", "--quiet",
            f"--benchmark_min_time={args.bench_min_time}"]
     loads = []
@@ -266,6 +272,9 @@ def benchmark(args, d):
             f.write("host load beside the benchmark: " +
                     (f"{foreign:.2f} cores" if foreign is not None else "unknown (no /proc/stat)") +
                     (f" (after {len(loads)} busy tries)" if loads else "") + "\n")
+            f.write("allocator: " + ("freed memory kept (" + ", ".join(
+                f"{k}={v}" for k, v in RETAINED_MALLOC.items()) + ")" if args.retain_freed_memory
+                else "glibc's defaults") + "\n")
         m = BENCH_RE.search(proc.stdout + proc.stderr)
         if proc.returncode != 0 or not m:
             mark_failed(d, f"benchmark exited with {proc.returncode}", proc.stdout + proc.stderr)
@@ -395,6 +404,11 @@ def main():
     p.add_argument("--compile-timeout", type=float, default=600)
     p.add_argument("--bench-timeout", type=float, default=60)
     p.add_argument("--bench-min-time", type=float, default=0.1)
+    p.add_argument("--retain-freed-memory", dest="retain_freed_memory", action="store_true",
+                   help="time with glibc's mmap and trim thresholds raised as "
+                        "hkfac::retain_freed_memory raises them, so that a schedule's per-task "
+                        "buffers are not unmapped and faulted in again between tasks (bench.txt "
+                        "records which allocator a timing had)")
     p.add_argument("--max-foreign-load", dest="max_foreign_load", type=float, default=0.25,
                    help="most cores of other work on the host beside a benchmark for its timing "
                         "to count (busier tries are retried, then left for a later run; inf: "

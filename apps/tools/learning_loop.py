@@ -132,6 +132,9 @@ def main():
     p.add_argument("--max-foreign-load", dest="max_foreign_load", type=float, default=0.25,
                    help="generate_data.py --max-foreign-load: most cores of other work beside a "
                         "benchmark (inf: no check)")
+    p.add_argument("--retain-freed-memory", dest="retain_freed_memory", action="store_true",
+                   help="generate_data.py (and the bench bed) time with freed memory kept in the "
+                        "heap (docs/data.md, 'The allocator')")
     p.add_argument("--bench", action="store_true",
                    help="run the bench bed each round (every app under every scheduler: slow)")
     p.add_argument("--bench-beam", type=int, default=32, help="Hkfac's beam in the bench bed")
@@ -174,6 +177,7 @@ def main():
         gen = [sys.executable, os.path.join(HERE, "generate_data.py"), "--out", samples,
                "--scheduler", "Hkfac", "--plugin", plugin, "--random-generator", generator,
                "--jobs", str(args.jobs), "--max-foreign-load", str(args.max_foreign_load)]
+        gen += ["--retain-freed-memory"] if args.retain_freed_memory else []
         # With weights: one full-beam schedule per pipeline and round, the rest greedy with
         # dropout. Without: greedy searches, each under its own random model.
         gen += ["--weights", prev, "--full-beam", "1"] if prev else [
@@ -237,7 +241,8 @@ def main():
                      "--holdout-weights", rdir, "--hkfac-beam", str(args.bench_beam),
                      "--rounds", "3", "--min-time", "0.05", "--json", bed_json,
                      "--work-dir", os.path.join(rdir, "bed"),
-                     "--output", os.path.join(rdir, "bed.md")], logfile)
+                     "--output", os.path.join(rdir, "bed.md")] +
+                    (["--retain-freed-memory"] if args.retain_freed_memory else []), logfile)
             record["bench"] = bench_summary(bed_json)
         state["rounds"].append(record)
         with open(state_path + ".tmp", "w") as f:

@@ -3,8 +3,8 @@
 # become a sample (its timing would be slowed by the burners, unevenly): the schedule is built,
 # left untimed with exit status 3 and a message that says so, and the same command run again once
 # the host may be used (--max-foreign-load inf, since ctest runs other tests beside this one)
-# times it into a complete sample whose bench.txt records the load beside it. Bad thresholds are
-# refused by name.
+# times it into a complete sample whose bench.txt records the load beside it and the allocator it
+# ran under (that run keeps freed memory). Bad thresholds are refused by name.
 # Usage: generate_data_busy_test.sh SOURCE_DIR BUILD_DIR WORK_DIR
 set -eu
 src=$1 build=$2 work=$3
@@ -36,13 +36,17 @@ grep -q "not timed on a busy host (run again): 1" "$work/busy.txt" || { cat "$wo
 test "$(find "$work/out" -name '*.sample' | wc -l)" -eq 0 || { echo "a busy timing became a sample"; exit 1; }
 test "$(find "$work/out" -name bench -type f | wc -l)" -eq 1 || { echo "the build was not kept"; exit 1; }
 test "$(find "$work/out" -name FAILED | wc -l)" -eq 0 || { echo "a busy host marked FAILED"; exit 1; }
-gen --max-foreign-load inf > "$work/again.txt" 2>&1 || { cat "$work/again.txt"; exit 1; }
+gen --max-foreign-load inf --retain-freed-memory > "$work/again.txt" 2>&1 ||
+  { cat "$work/again.txt"; exit 1; }
 sample=$(find "$work/out" -name '*.sample')
 test -n "$sample" || { echo "the second run made no sample"; cat "$work/again.txt"; exit 1; }
 test "$(stat -c %s "$sample")" -eq $(( $(stat -c %s "${sample%.sample}.featurization") + 12 )) ||
   { echo "$sample incomplete"; exit 1; }
 grep -Eq "^host load beside the benchmark: [0-9]+\.[0-9]{2} cores" "$(dirname "$sample")/bench.txt" ||
   { cat "$(dirname "$sample")/bench.txt"; exit 1; }
+# The timing says which allocator it had (the second run kept freed memory).
+grep -q "^allocator: freed memory kept (MALLOC_MMAP_THRESHOLD_=268435456, MALLOC_TRIM_THRESHOLD_=536870912)" \
+  "$(dirname "$sample")/bench.txt" || { cat "$(dirname "$sample")/bench.txt"; exit 1; }
 for bad in "--max-foreign-load -1" "--max-foreign-load nan" "--busy-retries -1"; do
   # shellcheck disable=SC2086 # the flag and its value are two words
   if gen $bad > "$work/bad.txt" 2>&1; then echo "$bad was accepted"; exit 1; fi
