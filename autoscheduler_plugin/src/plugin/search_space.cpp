@@ -97,7 +97,11 @@ std::vector<FuncChoice> func_choices(const PipelineAnalysis &dag, const State &s
   const FuncNode &f = dag.funcs[id];
   if (f.is_extern)
     return out;
-  const bool blockable = has_blockable_update(f);
+  // Register tiles (rows x vectors) where an update may be blocked: 8 accumulators, or 4 x 2
+  // sharing both operands' loads.
+  const std::vector<std::pair<int, int>> tiles =
+      has_blockable_update(f) ? std::vector<std::pair<int, int>>{{4, 1}, {8, 1}, {4, 2}}
+                              : std::vector<std::pair<int, int>>{};
   const std::vector<int> splits = rvar_split_factors(f, params);
   const bool reorder = (params.placements & kPlaceReorder) && has_reorderable_update(f);
   const size_t n = out.size();
@@ -105,14 +109,10 @@ std::vector<FuncChoice> func_choices(const PipelineAnalysis &dag, const State &s
     if (out[i].placement == Placement::Inline)
       continue;
     FuncChoice c = out[i];
-    // Register tiles (rows x vectors): 8 accumulators, or 4 x 2 sharing both operands' loads.
-    const std::pair<int, int> tiles[] = {{4, 1}, {8, 1}, {4, 2}};
-    if (blockable) {
-      for (auto [rows, vectors] : tiles) {
-        c.update_rows = rows;
-        c.update_vectors = vectors;
-        out.push_back(c);
-      }
+    for (auto [rows, vectors] : tiles) {
+      c.update_rows = rows;
+      c.update_vectors = vectors;
+      out.push_back(c);
     }
     if (reorder) {
       c.update_rows = 1;
@@ -127,8 +127,6 @@ std::vector<FuncChoice> func_choices(const PipelineAnalysis &dag, const State &s
       c.update_vectors = 1;
       out.push_back(c);
       for (auto [rows, vectors] : tiles) {
-        if (!blockable)
-          break;
         c.update_rows = rows;
         c.update_vectors = vectors;
         out.push_back(c);

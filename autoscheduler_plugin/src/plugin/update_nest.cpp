@@ -39,6 +39,22 @@ UpdateLoop *find_loop(std::vector<UpdateLoop> &loops, const std::string &var) {
   return nullptr;
 }
 
+// Splits `from`, the loop over dimension `var`, into the vector lanes (`var`_v) and, where the
+// nest blocks columns, the n.vectors vectors side by side (`var`_u, unrolled); puts them at the
+// front of `into`, lanes innermost. Returns the lanes' width times the vectors.
+double split_lanes(UpdateNest &n, const std::string &var, const std::string &from, double vw,
+                   std::vector<UpdateLoop> &into) {
+  if (n.vectors > 1) {
+    n.splits.push_back({from, from, var + "_w", false, vw * n.vectors});
+    n.splits.push_back({var + "_w", var + "_u", var + "_v", false, vw});
+    into.insert(into.begin(), {var + "_u", false, static_cast<double>(n.vectors), UpdateLoop::kUnrolled});
+  } else {
+    n.splits.push_back({from, from, var + "_v", false, vw});
+  }
+  into.insert(into.begin(), {var + "_v", false, vw, UpdateLoop::kVectorized});
+  return vw * n.vectors;
+}
+
 UpdateNest inner_nest(const FuncNode &f, const StageNode &s, const FuncChoice &c,
                       const FuncModel &m) {
   UpdateNest n;
@@ -51,18 +67,9 @@ UpdateNest inner_nest(const FuncNode &f, const StageNode &s, const FuncChoice &c
   const std::string x = f.dims > 0 ? f.func.args()[0] : std::string();
   const std::string y = f.dims > 1 ? f.func.args()[1] : std::string();
   if (vectorized) {
-    const double vw = m.vector_width;
     UpdateLoop *lx = find_loop(n.loops, x);
-    lx->extent = std::ceil(lx->extent / (vw * n.vectors));
-    if (n.vectors > 1) {
-      n.splits.push_back({x, x, x + "_w", false, vw * n.vectors});
-      n.splits.push_back({x + "_w", x + "_u", x + "_v", false, vw});
-      n.loops.insert(n.loops.begin(),
-                     {x + "_u", false, static_cast<double>(n.vectors), UpdateLoop::kUnrolled});
-    } else {
-      n.splits.push_back({x, x, x + "_v", false, vw});
-    }
-    n.loops.insert(n.loops.begin(), {x + "_v", false, vw, UpdateLoop::kVectorized});
+    lx->extent = std::ceil(lx->extent / (m.vector_width * n.vectors));
+    split_lanes(n, x, x, m.vector_width, n.loops);
     if (n.blocked) {
       // x_v (x_u), y_i innermost, the RVars around them, y_o where y was.
       n.splits.push_back({y, y + "_o", y + "_i", false, static_cast<double>(c.update_rows)});
@@ -108,19 +115,8 @@ UpdateNest tiled_nest(const FuncNode &f, const StageNode &s, const FuncChoice &c
       tile_loops.push_back({l.var + "_o", false, std::ceil(m.region[d].extent() / c.tile[d])});
       inner = l.var + "_i";
     }
-    if (d == 0 && vectorized) {
-      const double vw = m.vector_width;
-      if (n.vectors > 1) {
-        n.splits.push_back({inner, inner, l.var + "_w", false, vw * n.vectors});
-        n.splits.push_back({l.var + "_w", l.var + "_u", l.var + "_v", false, vw});
-        lanes.insert(lanes.begin(), {l.var + "_u", false, static_cast<double>(n.vectors),
-                                     UpdateLoop::kUnrolled});
-      } else {
-        n.splits.push_back({inner, inner, l.var + "_v", false, vw});
-      }
-      lanes.insert(lanes.begin(), {l.var + "_v", false, vw, UpdateLoop::kVectorized});
-      e = std::ceil(e / (vw * n.vectors));
-    }
+    if (d == 0 && vectorized)
+      e = std::ceil(e / split_lanes(n, l.var, inner, m.vector_width, lanes));
     if (d == 1 && n.blocked) {
       n.splits.push_back({inner, inner, l.var + "_r", false, static_cast<double>(c.update_rows)});
       lanes.push_back({l.var + "_r", false, static_cast<double>(c.update_rows),
