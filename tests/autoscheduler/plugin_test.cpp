@@ -7,8 +7,10 @@
 #include <cmath>
 #include <cstdlib>
 #include <cstring>
+#include <cstdio>
 #include <fstream>
 #include <functional>
+#include <iterator>
 #include <regex>
 #include <set>
 #include <string>
@@ -595,6 +597,42 @@ TEST_F(HkfacPlugin, TopKWritesRankedSchedules) {
     ++rows;
   }
   EXPECT_EQ(rows, 3);
+}
+
+// A register tile whose loops cannot hold it is not applied, so that choice is the unblocked
+// schedule again; the beam and the top k must not spend places on such copies. A product of
+// computed operands (one Func, so every ranked schedule differs only in its choice), 6 rows:
+// 8-row tiles never fit. Under random models, every ranked schedule's source differs.
+TEST_F(HkfacPlugin, TopKSchedulesAreDistinct) {
+  const std::string dir = ::testing::TempDir();
+  ScopedEnv b("HL_BEAM_SIZE", "8");
+  ScopedEnv k("HKFAC_TOPK", "8");
+  ScopedEnv d("HKFAC_TOPK_DIR", dir.c_str());
+  for (const char *seed : {"1", "2", "3", "4", "5", "6"}) {
+    ScopedEnv w("HL_RANDOMIZE_WEIGHTS", seed);
+    Func prod("prod");
+    Var x("x"), y("y");
+    RDom r(0, 64, "r");
+    prod(x, y) = 0.0f;
+    prod(x, y) += cast<float>(r + 2 * y) * cast<float>(x - r);
+    prod.set_estimates({{0, 256}, {0, 6}});
+    Pipeline(prod).auto_schedule("Hkfac", kTarget, machine());
+    std::set<std::string> sources;
+    int ranked = 0;
+    for (; ranked < 8; ++ranked) {
+      const std::string path = dir + "/hkfac_topk_" + std::to_string(ranked) + ".schedule.h";
+      std::ifstream f(path);
+      if (!f.good())
+        break;
+      std::string header, body((std::istreambuf_iterator<char>(std::getline(f, header))),
+                               std::istreambuf_iterator<char>());
+      EXPECT_TRUE(sources.insert(body).second)
+          << "seed " << seed << ": schedule ranked " << ranked << " repeats one ranked above\n"
+          << body;
+      std::remove(path.c_str());
+    }
+    EXPECT_GT(ranked, 1) << "seed " << seed;
+  }
 }
 
 // The cache size reaches the choice: one pipeline and one cost model at a time, two caches. Over

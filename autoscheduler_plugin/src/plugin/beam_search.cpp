@@ -27,6 +27,22 @@ std::vector<FuncChoice> choices(const PipelineAnalysis &dag, const State &state,
                     : func_choices(dag, state, model, id, params, coarse, allowed);
 }
 
+// Whether two scored states are one schedule: their choices differ at most in register tiles and
+// they cost the same. A tile the loops cannot hold is not applied (update_nest.h), so such choices
+// emit the unblocked schedule and featurize identically; an applied tile changes the features.
+bool same_schedule(const State &a, const State &b) {
+  if (a.cost != b.cost || a.choices.size() != b.choices.size())
+    return false;
+  for (size_t i = 0; i < a.choices.size(); ++i) {
+    FuncChoice x = a.choices[i];
+    x.update_rows = b.choices[i].update_rows;
+    x.update_vectors = b.choices[i].update_vectors;
+    if (!(x == b.choices[i]))
+      return false;
+  }
+  return true;
+}
+
 struct Pass {
   bool coarse = false;
   std::vector<std::set<PlacementKey>> allowed; // per Func; empty: anything
@@ -34,7 +50,8 @@ struct Pass {
 
 std::vector<StatePtr> run_pass(const PipelineAnalysis &dag, CostModel &model,
                                const Parameters &params, const Pass &pass, std::mt19937_64 &rng,
-                               Clock::time_point deadline, bool &timed_out) {
+                               Clock::time_point deadline, bool &timed_out,
+                               long long &duplicates) {
   const int n = static_cast<int>(dag.funcs.size());
   auto start = std::make_shared<State>();
   start->choices.resize(n);
@@ -94,6 +111,11 @@ std::vector<StatePtr> run_pass(const PipelineAnalysis &dag, CostModel &model,
     const double keep = std::pow(params.random_dropout / 100.0, 1.0 / std::max(1, n));
     std::uniform_real_distribution<double> unit(0.0, 1.0);
     for (size_t i = 0; i < children.size() && beam.size() < width; ++i) {
+      if (std::any_of(beam.begin(), beam.end(),
+                      [&](const StatePtr &b) { return same_schedule(*b, *children[i]); })) {
+        ++duplicates;
+        continue;
+      }
       if (params.random_dropout < 100 && unit(rng) >= keep)
         continue;
       beam.push_back(children[i]);
@@ -117,11 +139,13 @@ SearchResult beam_search(const PipelineAnalysis &dag, CostModel &model, const Pa
   Pass pass;
   pass.coarse = params.num_passes > 1;
   for (int p = 0; p < params.num_passes; ++p) {
-    std::vector<StatePtr> beam = run_pass(dag, model, params, pass, rng, deadline, result.timed_out);
+    std::vector<StatePtr> beam = run_pass(dag, model, params, pass, rng, deadline,
+                                          result.timed_out, result.duplicates_skipped);
     all.insert(all.end(), beam.begin(), beam.end());
     std::ostringstream line;
     line << "pass " << p + 1 << " of " << params.num_passes << ": best cost "
-         << beam.front()->cost << ", " << model.evaluated() << " states so far";
+         << beam.front()->cost << ", " << model.evaluated() << " states so far, "
+         << result.duplicates_skipped << " duplicates kept out of the beam";
     log_line(params, 1, line.str());
     if (result.timed_out)
       break;
@@ -139,7 +163,7 @@ SearchResult beam_search(const PipelineAnalysis &dag, CostModel &model, const Pa
   for (const StatePtr &s : all) {
     bool dup = false;
     for (const StatePtr &b : result.best)
-      dup |= b->choices == s->choices;
+      dup |= b->choices == s->choices || same_schedule(*b, *s);
     if (!dup)
       result.best.push_back(s);
     if (static_cast<int>(result.best.size()) >= std::max(1, params.top_k))

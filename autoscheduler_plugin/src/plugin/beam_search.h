@@ -13,6 +13,7 @@ namespace hkfac::sched {
 struct SearchResult {
   std::vector<StatePtr> best; // complete schedules, cheapest first (up to max(1, top_k))
   long long states_evaluated = 0;
+  long long duplicates_skipped = 0; // children that were a beam state's schedule again
   double seconds = 0;
   bool timed_out = false;
 };
@@ -20,10 +21,11 @@ struct SearchResult {
 // Decides the Funcs one at a time from the outputs back to the inputs. Each step expands every
 // state of the beam by the decisions search_space.h lists, scores the children in one batch and
 // keeps the `beam_size` cheapest (HL_RANDOM_DROPOUT drops each other child with that chance;
-// the cheapest always stays, so a fixed HL_SEED gives the same schedule every time). Pass 1
-// uses coarse tilings; each later pass uses every tiling but only the placements (inline, root,
-// compute_at where) that the previous pass's best few complete schedules used. With a time limit
-// the search finishes greedily once time is up, so it always returns a complete schedule.
+// the cheapest always stays, so a fixed HL_SEED gives the same schedule every time). A child
+// that is a kept state's schedule again (a register tile its loops cannot hold) takes no place.
+// Pass 1 uses coarse tilings; each later pass uses every tiling but only the placements (inline,
+// root, compute_at where) that the previous pass's best few complete schedules used. With a time
+// limit the search finishes greedily once time is up, so it always returns a complete schedule.
 SearchResult beam_search(const PipelineAnalysis &dag, CostModel &model, const Parameters &params);
 
 } // namespace hkfac::sched
