@@ -180,6 +180,21 @@ def host_lock(args, exclusive):
         os.close(fd)  # releases the lock
 
 
+def hold_out_lock(out, shard, shards):
+    """Holds OUT/.generate_data.shard<I>of<N>.lock for the whole run and returns its descriptor.
+    Two drivers of one shard on one directory would build and time the same schedules and move
+    each other's files (a schedule marked FAILED beside its sample); the second is refused."""
+    path = os.path.join(out, f".generate_data.shard{shard}of{shards}.lock")
+    fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o666)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except BlockingIOError:
+        os.close(fd)
+        sys.exit(f"generate_data: another run is writing shard {shard}/{shards} of {out} "
+                 f"(it holds {path}); wait for it to end or stop it")
+    return fd
+
+
 def locked_compile(args, target, rungen_objs, pipeline, k, d):
     with host_lock(args, exclusive=False):
         return compile_schedule(args, target, rungen_objs, pipeline, k, d)
@@ -455,6 +470,7 @@ def main():
         return 0
 
     os.makedirs(args.out, exist_ok=True)
+    out_lock = hold_out_lock(args.out, shard, shards)  # noqa: F841 (held until exit)
     target = args.target or host_target()
     with host_lock(args, exclusive=False):
         rungen_objs = (rungen_object(args, args.out),

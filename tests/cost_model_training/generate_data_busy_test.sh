@@ -4,7 +4,8 @@
 # left untimed with exit status 3 and a message that says so, and the same command run again once
 # the host may be used (--max-foreign-load inf, since ctest runs other tests beside this one)
 # times it into a complete sample whose bench.txt records the load beside it and the allocator it
-# ran under (that run keeps freed memory). Bad thresholds are refused by name.
+# ran under (that run keeps freed memory). Bad thresholds are refused by name, and so is a second
+# driver of the same shard on the same directory.
 # Usage: generate_data_busy_test.sh SOURCE_DIR BUILD_DIR WORK_DIR
 set -eu
 src=$1 build=$2 work=$3
@@ -52,4 +53,21 @@ for bad in "--max-foreign-load -1" "--max-foreign-load nan" "--busy-retries -1";
   if gen $bad > "$work/bad.txt" 2>&1; then echo "$bad was accepted"; exit 1; fi
   grep -q -- "${bad%% *}" "$work/bad.txt" || { cat "$work/bad.txt"; exit 1; }
 done
+# A second driver of the same shard on the same directory is refused before it builds anything.
+python3 -c 'import fcntl, os, sys, time
+fd = os.open(sys.argv[1], os.O_RDWR | os.O_CREAT)
+fcntl.flock(fd, fcntl.LOCK_EX)
+print("held", flush=True)
+time.sleep(60)' "$work/out/.generate_data.shard0of1.lock" > "$work/holder.txt" &
+holder=$!
+trap 'kill $holder 2>/dev/null || true' EXIT
+for _ in $(seq 50); do grep -q held "$work/holder.txt" && break; sleep 0.1; done
+rm -rf "$work/out/random_pipeline_g3_seed2_stages3"
+if gen --max-foreign-load inf > "$work/twice.txt" 2>&1; then
+  echo "a second run of one shard on one directory was accepted"; exit 1
+fi
+grep -q "another run is writing shard 0/1 of $work/out" "$work/twice.txt" || { cat "$work/twice.txt"; exit 1; }
+test ! -e "$work/out/random_pipeline_g3_seed2_stages3" || { echo "the refused run built something"; exit 1; }
+kill $holder 2>/dev/null || true
+trap - EXIT
 echo "generate_data_busy: ok"
