@@ -180,7 +180,7 @@ def host_lock(args, exclusive):
         os.close(fd)  # releases the lock
 
 
-def hold_out_lock(out, shard, shards):
+def lock_shard_of_out(out, shard, shards):
     """Holds OUT/.generate_data.shard<I>of<N>.lock for the whole run and returns its descriptor.
     Two drivers of one shard on one directory would build and time the same schedules and move
     each other's files (a schedule marked FAILED beside its sample); the second is refused."""
@@ -470,7 +470,7 @@ def main():
         return 0
 
     os.makedirs(args.out, exist_ok=True)
-    out_lock = hold_out_lock(args.out, shard, shards)  # noqa: F841 (held until exit)
+    shard_lock = lock_shard_of_out(args.out, shard, shards)  # noqa: F841 (held until exit)
     target = args.target or host_target()
     with host_lock(args, exclusive=False):
         rungen_objs = (rungen_object(args, args.out),
