@@ -230,6 +230,95 @@ TEST_F(HkfacPlugin, SlidingWindowsAndNestsComputeWhatThePlainScheduleComputes) {
                       << " times";
 }
 
+// Heap traffic of one realization, counted through the JIT's handlers: every halide_malloc, and
+// every parallel task (run one after another, so the count is exact).
+struct HeapCount {
+  static inline int mallocs = 0, tasks = 0;
+  static void *malloc_fn(JITUserContext *, size_t n) {
+    ++mallocs;
+    return std::aligned_alloc(128, (n + 127) / 128 * 128);
+  }
+  static void free_fn(JITUserContext *, void *p) { std::free(p); }
+  static int par_for(JITUserContext *ctx, int (*f)(JITUserContext *, int, uint8_t *), int min,
+                     int extent, uint8_t *closure) {
+    for (int i = min; i < min + extent; ++i) {
+      ++tasks;
+      if (int r = f(ctx, i, closure))
+        return r;
+    }
+    return 0;
+  }
+  static void install(Pipeline &p) {
+    p.jit_handlers().custom_malloc = malloc_fn;
+    p.jit_handlers().custom_free = free_fn;
+    p.jit_handlers().custom_do_par_for = par_for;
+  }
+};
+
+// A producer computed per tile is allocated inside the tile loops. Where the output's channel
+// dimension is not split, its region per tile has a size known only at run time, and an
+// allocation of Halide's default kind then calls halide_malloc once per tile. Whatever the
+// model, each Func must allocate at most a couple of times per parallel task (once at root), and
+// compute what the plain schedule computes.
+TEST_F(HkfacPlugin, ProducersPerTileAllocateOncePerTaskNotPerTile) {
+  const int channels = 20, w = 389, h = 23;
+  Buffer<float> input(channels, w, h);
+  for (int y = 0; y < h; ++y)
+    for (int x = 0; x < w; ++x)
+      for (int c = 0; c < channels; ++c)
+        input(c, x, y) = std::sin(0.1f * x + 0.37f * y + 0.5f * c);
+  // A fresh pipeline each time: a schedule stays with the Funcs it was applied to.
+  auto pipeline = [&]() {
+    ImageParam in(Float(32), 3, "in");
+    Var c("c"), x("x"), y("y");
+    Func f = BoundaryConditions::repeat_edge(in), out("out");
+    for (int s = 0; s < 2; ++s) {
+      Func g("chan" + std::to_string(s));
+      g(c, x, y) = (f(c, x - 1, y) + 2 * f(c, x, y) + f(c, x + 1, y + s)) * 0.25f;
+      f = g;
+    }
+    out(c, x, y) = f(c, x, y) * 2;
+    in.set_estimates({{0, channels}, {0, w}, {0, h}});
+    out.set_estimates({{0, channels}, {0, w}, {0, h}});
+    in.set(input);
+    return out;
+  };
+  const Buffer<float> want = pipeline().realize({channels, w, h}, kTarget);
+  const std::regex per_tile("\\.compute_at\\(");
+  int checked = 0;
+  ScopedEnv b("HL_BEAM_SIZE", "2");
+  ScopedEnv kinds("HKFAC_PLACEMENTS", "tile");
+  for (int seed = 1; seed <= 16 && checked < 6; ++seed) {
+    const std::string s = std::to_string(seed);
+    ScopedEnv rw("HL_RANDOMIZE_WEIGHTS", s.c_str());
+    Pipeline pipe(pipeline());
+    const std::string src = pipe.auto_schedule("Hkfac", kTarget, machine()).schedule_source;
+    const auto at = std::distance(std::sregex_iterator(src.begin(), src.end(), per_tile),
+                                  std::sregex_iterator());
+    if (at == 0)
+      continue;
+    ++checked;
+    HeapCount::install(pipe);
+    HeapCount::mallocs = HeapCount::tasks = 0;
+    Buffer<float> got(channels, w, h);
+    pipe.realize(got, kTarget);
+    SCOPED_TRACE(src);
+    const std::string fetch = "pipeline.get_func(";
+    long funcs = 0;
+    for (size_t i = src.find(fetch); i != std::string::npos; i = src.find(fetch, i + 1))
+      ++funcs;
+    EXPECT_LE(HeapCount::mallocs, (funcs - at) + 2 * at * std::max(1, HeapCount::tasks))
+        << HeapCount::tasks << " tasks, " << funcs - at << " Funcs at root, " << at
+        << " computed per tile";
+    for (int y = 0; y < h; ++y)
+      for (int x = 0; x < w; ++x)
+        for (int c = 0; c < channels; ++c)
+          ASSERT_NEAR(got(c, x, y), want(c, x, y), 1e-5f) << c << "," << x << "," << y;
+  }
+  EXPECT_GE(checked, 6) << "random models of 16 computed a producer per tile " << checked
+                        << " times";
+}
+
 // Three reductions whose updates the search may reorder (the RVars outside a tile's pure
 // loops) or split (the outermost RVar's outer half outside them): a matrix product, a scan down
 // columns (each row reads the one before) and a convolution over a 3-D RDom. Sizes no tile,

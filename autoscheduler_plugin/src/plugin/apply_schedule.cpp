@@ -174,6 +174,14 @@ public:
     if (apply_)
       func_.store_in(MemoryType::GPUShared);
   }
+  // A Func allocated inside a loop: on the stack where its size has a small constant bound, and
+  // otherwise in a stack slot reused by every iteration (Halide's pseudostack), which grows at most
+  // a few times per task instead of calling halide_malloc and halide_free once per iteration.
+  void store_in_stack() {
+    src_ << "    " << name_ << ".store_in(MemoryType::Stack);\n";
+    if (apply_)
+      func_.store_in(MemoryType::Stack);
+  }
   void compute_root() {
     src_ << "    " << name_ << ".compute_root();\n";
     if (apply_)
@@ -454,6 +462,7 @@ std::string apply_schedule(const PipelineAnalysis &dag, const State &state,
       if (c.store_outer)
         w.store_at(site.func, site.name,
                    outer_var(site, state.choices[c.at_func], model.func(c.at_func).region));
+      w.store_in_stack();
       if (m.vector_width > 1)
         vectorize_pure(w, f, f.func.args()[0], m.inner[0], m.vector_width, c.store_outer);
       schedule_updates(w, f, c, m);

@@ -15,7 +15,8 @@ namespace hkfac::sched {
 // pipeline.get_func(i), Vars and RVars by name, one statement per Func. Pure definitions split
 // with ShiftInwards where the region holds a whole split, no input is read directly and the Func
 // is not slid along a tile loop, all else with GuardWithIf; neither widens a Func's region beyond
-// what the algorithm reads.
+// what the algorithm reads. A Func computed inside another's loops is stored in
+// MemoryType::Stack, so its allocation is reused across iterations rather than made per iteration.
 std::string apply_schedule(const PipelineAnalysis &dag, const State &state,
                            const std::vector<Halide::Internal::Function> &outputs, bool apply);
 
