@@ -14,6 +14,7 @@
 #include <regex>
 #include <set>
 #include <string>
+#include <tuple>
 #include <vector>
 
 #include "Halide.h"
@@ -255,23 +256,14 @@ struct HeapCount {
   }
 };
 
-// A producer computed per tile is allocated inside the tile loops. Where the output's channel
-// dimension is not split, its region per tile has a size known only at run time, and an
-// allocation of Halide's default kind then calls halide_malloc once per tile. Whatever the
-// model, each Func must allocate at most a couple of times per parallel task (once at root), and
-// compute what the plain schedule computes.
-TEST_F(HkfacPlugin, ProducersPerTileAllocateOncePerTaskNotPerTile) {
-  const int channels = 20, w = 389, h = 23;
-  Buffer<float> input(channels, w, h);
-  for (int y = 0; y < h; ++y)
-    for (int x = 0; x < w; ++x)
-      for (int c = 0; c < channels; ++c)
-        input(c, x, y) = std::sin(0.1f * x + 0.37f * y + 0.5f * c);
-  // A fresh pipeline each time: a schedule stays with the Funcs it was applied to.
-  auto pipeline = [&]() {
-    ImageParam in(Float(32), 3, "in");
+// Two channel-wise stencils on a (channels, x, y) image with a boundary condition, estimated
+// at the given size; as the apps' channel-major layouts, dimension 0 is short.
+struct ChannelChain {
+  ImageParam in{Float(32), 3, "in"};
+  Func out{"out"};
+  ChannelChain(int channels, int w, int h) {
     Var c("c"), x("x"), y("y");
-    Func f = BoundaryConditions::repeat_edge(in), out("out");
+    Func f = BoundaryConditions::repeat_edge(in);
     for (int s = 0; s < 2; ++s) {
       Func g("chan" + std::to_string(s));
       g(c, x, y) = (f(c, x - 1, y) + 2 * f(c, x, y) + f(c, x + 1, y + s)) * 0.25f;
@@ -280,8 +272,30 @@ TEST_F(HkfacPlugin, ProducersPerTileAllocateOncePerTaskNotPerTile) {
     out(c, x, y) = f(c, x, y) * 2;
     in.set_estimates({{0, channels}, {0, w}, {0, h}});
     out.set_estimates({{0, channels}, {0, w}, {0, h}});
-    in.set(input);
-    return out;
+  }
+  static Buffer<float> input(int channels, int w, int h) {
+    Buffer<float> b(channels, w, h);
+    for (int y = 0; y < h; ++y)
+      for (int x = 0; x < w; ++x)
+        for (int c = 0; c < channels; ++c)
+          b(c, x, y) = std::sin(0.1f * x + 0.37f * y + 0.5f * c);
+    return b;
+  }
+};
+
+// A producer computed per tile is allocated inside the tile loops. Where the output's channel
+// dimension is not split, its region per tile has a size known only at run time, and an
+// allocation of Halide's default kind then calls halide_malloc once per tile. Whatever the
+// model, each Func must allocate at most a couple of times per parallel task (once at root), and
+// compute what the plain schedule computes.
+TEST_F(HkfacPlugin, ProducersPerTileAllocateOncePerTaskNotPerTile) {
+  const int channels = 20, w = 389, h = 23;
+  const Buffer<float> input = ChannelChain::input(channels, w, h);
+  // A fresh pipeline each time: a schedule stays with the Funcs it was applied to.
+  auto pipeline = [&]() {
+    ChannelChain p(channels, w, h);
+    p.in.set(input);
+    return p.out;
   };
   const Buffer<float> want = pipeline().realize({channels, w, h}, kTarget);
   const std::regex per_tile("\\.compute_at\\(");
@@ -317,6 +331,80 @@ TEST_F(HkfacPlugin, ProducersPerTileAllocateOncePerTaskNotPerTile) {
   }
   EXPECT_GE(checked, 6) << "random models of 16 computed a producer per tile " << checked
                         << " times";
+}
+
+// A 1x1 convolution mixing 16 input channels into `channels` output channels, then a ReLU:
+// the reduction that depthwise_separable_conv's pointwise stage is.
+struct ChannelMix {
+  ImageParam in{Float(32), 3, "in"};
+  Func out{"out"};
+  ChannelMix(int channels, int w, int h) {
+    Var c("c"), x("x"), y("y");
+    Func weight("weight"), mix("mix");
+    RDom r(0, 16, "r");
+    weight(c, x) = Halide::sin(0.3f * cast<float>(c) + 0.7f * cast<float>(x));
+    mix(c, x, y) = 0.0f;
+    mix(c, x, y) += weight(c, r) * in(r, x, y);
+    out(c, x, y) = max(mix(c, x, y), 0.0f);
+    in.set_estimates({{0, 16}, {0, w}, {0, h}});
+    out.set_estimates({{0, channels}, {0, w}, {0, h}});
+  }
+};
+
+// An output that hosts a reduction per tile but leaves a dimension whole (here its channels) is
+// also split by that dimension's estimate, in a specialization for extents that are multiples of
+// it: there the reduction's allocation has a constant size in the lowered statement (on the
+// stack, where LLVM may keep its accumulators in registers across the reduction). At 32 x 64
+// every update split divides that region; at 24 x 67 some leave tails, which Halide 14 miscompiles
+// over constant extents (points accumulated twice), so there the schedule must stay as it was.
+// Whatever the model, multiples of the estimate and other extents all compute what the plain
+// schedule computes.
+TEST_F(HkfacPlugin, ReductionsPerTileOfAWholeOutputDimensionHaveConstantAllocations) {
+  const int h = 29;
+  const std::string stmt = ::testing::TempDir() + "/hkfac_whole_dims.stmt";
+  const std::regex per_tile("\\n *mix\\.compute_at\\(");
+  const std::regex constant("allocate mix(\\$[0-9]+)?\\[[a-z0-9]+( \\* [0-9]+)+\\]");
+  ScopedEnv b("HL_BEAM_SIZE", "2");
+  ScopedEnv kinds("HKFAC_PLACEMENTS", "tile");
+  for (auto [channels, w, divides] : {std::tuple{32, 64, true}, std::tuple{24, 67, false}}) {
+    Buffer<float> input(16, w, h);
+    input.for_each_element(
+        [&](int c, int x, int y) { input(c, x, y) = std::cos(0.2f * x + 0.1f * y + c); });
+    int checked = 0;
+    for (int seed = 1; seed <= 24 && checked < 5; ++seed) {
+      const std::string s = std::to_string(seed);
+      ScopedEnv rw("HL_RANDOMIZE_WEIGHTS", s.c_str());
+      ChannelMix p(channels, w, h);
+      Pipeline pipe(p.out);
+      const std::string src = pipe.auto_schedule("Hkfac", kTarget, machine()).schedule_source;
+      if (!std::regex_search(src, per_tile))
+        continue;
+      ++checked;
+      SCOPED_TRACE(src);
+      if (divides) {
+        pipe.compile_to_lowered_stmt(stmt, {p.in}, StmtOutputFormat::Text, kTarget);
+        std::ifstream f(stmt);
+        const std::string lowered((std::istreambuf_iterator<char>(f)),
+                                  std::istreambuf_iterator<char>());
+        EXPECT_TRUE(std::regex_search(lowered, constant)) << "mix has no allocation of constant size";
+      }
+      p.in.set(input);
+      for (int n : {channels, 2 * channels, channels + 7}) {
+        ChannelMix plain(channels, w, h);
+        plain.in.set(input);
+        const Buffer<float> want = plain.out.realize({n, w, h}, kTarget);
+        Buffer<float> got = pipe.realize({n, w, h}, kTarget);
+        for (int y = 0; y < h; ++y)
+          for (int x = 0; x < w; ++x)
+            for (int c = 0; c < n; ++c)
+              ASSERT_NEAR(got(c, x, y), want(c, x, y), 1e-4f)
+                  << channels << " x " << w << ", " << n << " channels: " << c << "," << x << ","
+                  << y;
+      }
+    }
+    EXPECT_GE(checked, 5) << "random models of 24 computed the reduction per tile " << checked
+                          << " times";
+  }
 }
 
 // Three reductions whose updates the search may reorder (the RVars outside a tile's pure

@@ -2,7 +2,9 @@
 #include "apply_schedule.h"
 
 #include <algorithm>
+#include <cmath>
 #include <map>
+#include <optional>
 #include <set>
 #include <sstream>
 
@@ -93,10 +95,33 @@ public:
       return;
     src_ << "    " << (rvar ? "RVar " : "Var ") << identifier(v) << "(\"" << v << "\");\n";
   }
-  Stage stage(int s) { return s == 0 ? Stage(func_) : func_.update(s - 1); }
-  std::string stage_text(int s) const {
-    return s == 0 ? name_ : name_ + ".update(" + std::to_string(s - 1) + ")";
+  Stage stage(int s) {
+    if (s == 0)
+      return fixed_ ? *fixed_ : Stage(func_);
+    return func_.update(s - 1);
   }
+  std::string stage_text(int s) const {
+    if (s == 0)
+      return fixed_ ? name_ + "_fixed" : name_;
+    return name_ + ".update(" + std::to_string(s - 1) + ")";
+  }
+  // Until general(), the pure definition's directives go to its specialization for outputs whose
+  // extent along each dimension d of `extents` is a multiple of extents[d] (see fixed_dims).
+  void specialize_fixed(const std::vector<std::pair<int, int>> &extents) {
+    Expr cond;
+    std::ostringstream text;
+    for (size_t i = 0; i < extents.size(); ++i) {
+      const auto [d, e] = extents[i];
+      Expr c = func_.output_buffer().dim(d).extent() % e == 0;
+      cond = cond.defined() ? (cond && c) : c;
+      text << (i ? " && " : "") << name_ << ".output_buffer().dim(" << d << ").extent() % " << e
+           << " == 0";
+    }
+    src_ << "    ::Halide::Stage " << name_ << "_fixed = " << name_ << ".specialize(" << text.str()
+         << ");\n";
+    fixed_ = apply_ ? func_.specialize(cond) : Stage(func_);
+  }
+  void general() { fixed_.reset(); }
   VarOrRVar var(const std::string &v, bool rvar) const {
     return rvar ? VarOrRVar(RVar(v)) : VarOrRVar(Var(v));
   }
@@ -213,6 +238,7 @@ private:
   bool apply_;
   std::ostringstream &src_;
   Func func_;
+  std::optional<Stage> fixed_;
   std::string name_;
   std::set<std::string> declared_, func_names_;
   std::map<std::string, std::string> site_names_;
@@ -406,6 +432,101 @@ std::string device_site_var(const FuncNode &f, const FuncChoice &c, SiteLevel le
   return a + (c.reg[0] > 1 ? "_t" : "_i");
 }
 
+// The dimensions of a Root output that its tiling leaves whole but that are to be split anyway,
+// each with its estimated extent. Where a reduction is computed inside its tile loops, a whole
+// dimension makes the reduction's allocation as large as the output's run-time extent, so it is
+// made per tile at a size known only then (Halide's pseudostack), and LLVM then reloads and
+// stores the update's accumulators at every step of the reduction instead of keeping them in
+// registers (cuda_mat_mul: 45 ms against 27 ms). A split by the estimate gives the allocation a
+// constant size. It is exact only where the extent is a multiple of the estimate (a shifted-in
+// tile would write outside a smaller output), so it lives in a specialization for those extents;
+// other sizes run the unsplit schedule. Pure producers are left alone: a single tile spanning a
+// boundary condition's whole width loses the clamp-free steady state that Halide's loop
+// partitioning gives the unsplit loop (harris: 1.46x slower).
+std::vector<std::pair<int, int>> fixed_dims(const PipelineAnalysis &dag, const State &state,
+                                            const LoopNestModel &model, const FuncNode &f,
+                                            const std::vector<int> &split) {
+  std::vector<std::pair<int, int>> out;
+  const FuncModel &m = model.func(f.id);
+  if (!f.is_output || f.func.outputs() != 1 || split.empty())
+    return out;
+  bool hosts_reduction = false;
+  for (size_t g = 0; g < state.choices.size(); ++g) {
+    const FuncNode &r = dag.funcs[g];
+    if (state.choices[g].placement != Placement::At || r.stages.size() < 2)
+      continue;
+    // Computed in f's tiles directly, or nested in a Func that is.
+    int site = state.choices[g].at_func;
+    for (int hops = 0; site >= 0 && site != f.id && hops < 64; ++hops)
+      site = state.choices[site].placement == Placement::At ? state.choices[site].at_func : -1;
+    if (site != f.id)
+      continue;
+    // Every split of the reduction's pure loops must divide its (now constant) region: Halide 14
+    // miscompiles unrolled GuardWithIf tails over constant extents (a 24 x 67 region in blocks of
+    // 16 x 4 accumulated some points twice), which it never sees at run-time extents.
+    const FuncModel &rm = model.func(static_cast<int>(g));
+    for (size_t st = 1; st < r.stages.size(); ++st)
+      for (const UpdateSplit &sp : update_nest(r, r.stages[st], state.choices[g], rm).splits)
+        for (const LoopDim &l : r.stages[st].loops)
+          if (!sp.rvar && !l.is_rvar && l.var == sp.old && l.pure_arg >= 0 &&
+              std::fmod(rm.region[l.pure_arg].extent(), sp.factor) != 0)
+            return out;
+    hosts_reduction = true;
+  }
+  if (!hosts_reduction)
+    return out;
+  for (int d = 0; d < f.dims; ++d) {
+    const double e = std::round(m.region[d].extent());
+    if (!m.split[d] && e >= 1 && e < (1 << 30))
+      out.push_back({d, static_cast<int>(e)});
+  }
+  return out;
+}
+
+// A Root Func's pure definition: tiled (`split`, outermost first), the tile loops fused into
+// its parallel loop, dimension 0 vectorized. Each dimension of `fixed` (fixed_dims) is split
+// by its extent too, its tile loop outermost, so the sites its producers are computed at and
+// the parallel loop are those of the unsplit schedule.
+void schedule_root_pure(Writer &w, const FuncNode &f, const FuncChoice &c, const FuncModel &m,
+                        const std::vector<int> &split,
+                        const std::vector<std::pair<int, int>> &fixed) {
+  const auto &args = f.func.args();
+  std::vector<bool> inner_split(f.dims, false);
+  for (int d = 0; d < f.dims; ++d)
+    inner_split[d] = m.split[d];
+  for (const auto &[d, e] : fixed) {
+    w.split(0, args[d], false, args[d] + "_o", args[d] + "_i", e, TailStrategy::ShiftInwards);
+    inner_split[d] = true;
+  }
+  for (int d : split)
+    w.split(0, args[d], false, args[d] + "_o", args[d] + "_i", c.tile[d],
+            pure_tail(f, m.region[d].extent(), c.tile[d]));
+  std::vector<std::pair<std::string, bool>> order;
+  for (int d = 0; d < f.dims; ++d)
+    order.push_back({inner_split[d] ? args[d] + "_i" : args[d], false});
+  for (auto d = split.rbegin(); d != split.rend(); ++d)
+    order.push_back({args[*d] + "_o", false});
+  for (const auto &[d, e] : fixed)
+    order.push_back({args[d] + "_o", false});
+  if (!split.empty() || !fixed.empty())
+    w.reorder(0, order);
+  if (c.parallel_dims > 0) {
+    std::string fused = args[split[0]] + "_o";
+    if (c.parallel_dims > 1) {
+      std::string current = fused;
+      for (int i = 1; i < c.parallel_dims; ++i) {
+        const std::string next = args[split[0]] + (i + 1 == c.parallel_dims ? "_par" : "_par" + std::to_string(i));
+        w.fuse(0, args[split[i]] + "_o", current, next);
+        current = next;
+      }
+      fused = current;
+    }
+    w.loop_type(0, fused, false, "parallel");
+  }
+  if (m.vector_width > 1 && f.dims > 0)
+    vectorize_pure(w, f, inner_split[0] ? args[0] + "_i" : args[0], m.inner[0], m.vector_width);
+}
+
 // Applies one Func's decision on a GPU target.
 void apply_device(Writer &w, const PipelineAnalysis &dag, const State &state,
                   const LoopNestModel &model, const FuncNode &f) {
@@ -471,32 +592,13 @@ std::string apply_schedule(const PipelineAnalysis &dag, const State &state,
     }
     w.compute_root();
     const std::vector<int> split = split_dims_outermost_first(c, m.region);
-    const auto &args = f.func.args();
-    for (int d : split)
-      w.split(0, args[d], false, args[d] + "_o", args[d] + "_i", c.tile[d],
-              pure_tail(f, m.region[d].extent(), c.tile[d]));
-    std::vector<std::pair<std::string, bool>> order;
-    for (int d = 0; d < f.dims; ++d)
-      order.push_back({m.split[d] ? args[d] + "_i" : args[d], false});
-    for (auto d = split.rbegin(); d != split.rend(); ++d)
-      order.push_back({args[*d] + "_o", false});
-    if (!split.empty())
-      w.reorder(0, order);
-    if (c.parallel_dims > 0) {
-      std::string fused = args[split[0]] + "_o";
-      if (c.parallel_dims > 1) {
-        std::string current = fused;
-        for (int i = 1; i < c.parallel_dims; ++i) {
-          const std::string next = args[split[0]] + (i + 1 == c.parallel_dims ? "_par" : "_par" + std::to_string(i));
-          w.fuse(0, args[split[i]] + "_o", current, next);
-          current = next;
-        }
-        fused = current;
-      }
-      w.loop_type(0, fused, false, "parallel");
+    const std::vector<std::pair<int, int>> fixed = fixed_dims(dag, state, model, f, split);
+    if (!fixed.empty()) {
+      w.specialize_fixed(fixed);
+      schedule_root_pure(w, f, c, m, split, fixed);
+      w.general();
     }
-    if (m.vector_width > 1 && f.dims > 0)
-      vectorize_pure(w, f, m.split[0] ? args[0] + "_i" : args[0], m.inner[0], m.vector_width);
+    schedule_root_pure(w, f, c, m, split, {});
     schedule_updates(w, f, c, m);
     src << "\n";
   }
@@ -528,10 +630,11 @@ std::string apply_fallback(const std::vector<Function> &outputs, bool gpu) {
 ScheduleSnapshot::ScheduleSnapshot(const std::vector<Function> &outputs) {
   for (const auto &kv : pipeline_funcs(outputs)) {
     Function f = kv.second.first;
-    Saved s{f, {}, {}};
+    Saved s{f, {}, {}, {}};
     std::map<FunctionPtr, FunctionPtr> copied;
     s.schedule = f.schedule().deep_copy(copied);
     s.stages.push_back(f.definition().schedule().get_copy());
+    s.specializations = f.definition().specializations();
     for (const Definition &u : f.updates())
       s.stages.push_back(u.schedule().get_copy());
     saved_.push_back(std::move(s));
@@ -542,6 +645,7 @@ void ScheduleSnapshot::restore() {
   for (Saved &s : saved_) {
     s.func.schedule() = s.schedule;
     s.func.definition().schedule() = s.stages[0];
+    s.func.definition().specializations() = s.specializations;
     for (size_t i = 1; i < s.stages.size(); ++i)
       s.func.update(static_cast<int>(i) - 1).schedule() = s.stages[i];
   }

@@ -17,6 +17,9 @@ namespace hkfac::sched {
 // is not slid along a tile loop, all else with GuardWithIf; neither widens a Func's region beyond
 // what the algorithm reads. A Func computed inside another's loops is stored in
 // MemoryType::Stack, so its allocation is reused across iterations rather than made per iteration.
+// An output that hosts such Funcs but leaves a dimension whole is also split by that dimension's
+// estimate, in a specialization for extents that are multiples of it, so that their allocations
+// have a constant size there.
 std::string apply_schedule(const PipelineAnalysis &dag, const State &state,
                            const std::vector<Halide::Internal::Function> &outputs, bool apply);
 
@@ -43,6 +46,7 @@ private:
     Halide::Internal::Function func;
     Halide::Internal::FuncSchedule schedule;
     std::vector<Halide::Internal::StageSchedule> stages;
+    std::vector<Halide::Internal::Specialization> specializations; // of the pure definition
   };
   std::vector<Saved> saved_;
 };
