@@ -447,7 +447,6 @@ std::vector<std::pair<int, int>> fixed_dims(const PipelineAnalysis &dag, const S
                                             const LoopNestModel &model, const FuncNode &f,
                                             const std::vector<int> &split) {
   std::vector<std::pair<int, int>> out;
-  const FuncModel &m = model.func(f.id);
   if (!f.is_output || f.func.outputs() != 1 || split.empty())
     return out;
   bool hosts_reduction = false;
@@ -475,6 +474,7 @@ std::vector<std::pair<int, int>> fixed_dims(const PipelineAnalysis &dag, const S
   }
   if (!hosts_reduction)
     return out;
+  const FuncModel &m = model.func(f.id);
   for (int d = 0; d < f.dims; ++d) {
     const double e = std::round(m.region[d].extent());
     if (!m.split[d] && e >= 1 && e < (1 << 30))
@@ -491,9 +491,7 @@ void schedule_root_pure(Writer &w, const FuncNode &f, const FuncChoice &c, const
                         const std::vector<int> &split,
                         const std::vector<std::pair<int, int>> &fixed) {
   const auto &args = f.func.args();
-  std::vector<bool> inner_split(f.dims, false);
-  for (int d = 0; d < f.dims; ++d)
-    inner_split[d] = m.split[d];
+  std::vector<bool> inner_split = m.split;
   for (const auto &[d, e] : fixed) {
     w.split(0, args[d], false, args[d] + "_o", args[d] + "_i", e, TailStrategy::ShiftInwards);
     inner_split[d] = true;
