@@ -80,20 +80,17 @@ public:
 
   void begin(const Function &f, int index) {
     func_ = Func(f);
-    // Halide makes Func names unique with a "$n" suffix; the C++ name drops it unless two Funcs
-    // would then share one.
-    name_ = cpp_func_name(f.name());
-    if (!func_names_.insert(name_).second) {
-      name_ = identifier(f.name());
-      func_names_.insert(name_);
-    }
+    // Halide makes Func names unique with a "$n" suffix; the C++ name drops it unless another
+    // name of the source already has it.
+    name_ = unique_name(cpp_func_name(f.name()));
     site_names_[f.name()] = name_;
     src_ << "    Func " << name_ << " = pipeline.get_func(" << index << ");\n";
   }
   void declare_var(const std::string &v, bool rvar) {
-    if (!declared_.insert(v).second)
+    if (var_names_.count(v))
       return;
-    src_ << "    " << (rvar ? "RVar " : "Var ") << identifier(v) << "(\"" << v << "\");\n";
+    const std::string &name = var_names_[v] = unique_name(identifier(v));
+    src_ << "    " << (rvar ? "RVar " : "Var ") << name << "(\"" << v << "\");\n";
   }
   Stage stage(int s) {
     if (s == 0)
@@ -102,7 +99,7 @@ public:
   }
   std::string stage_text(int s) const {
     if (s == 0)
-      return fixed_ ? name_ + "_fixed" : name_;
+      return fixed_ ? fixed_name_ : name_;
     return name_ + ".update(" + std::to_string(s - 1) + ")";
   }
   // Until general(), the pure definition's directives go to its specialization for outputs whose
@@ -117,7 +114,8 @@ public:
       text << (i ? " && " : "") << name_ << ".output_buffer().dim(" << d << ").extent() % " << e
            << " == 0";
     }
-    src_ << "    ::Halide::Stage " << name_ << "_fixed = " << name_ << ".specialize(" << text.str()
+    fixed_name_ = unique_name(name_ + "_fixed");
+    src_ << "    ::Halide::Stage " << fixed_name_ << " = " << name_ << ".specialize(" << text.str()
          << ");\n";
     fixed_ = apply_ ? func_.specialize(cond) : Stage(func_);
   }
@@ -131,8 +129,8 @@ public:
     declare_var(old, rvar);
     declare_var(outer, rvar);
     declare_var(inner, rvar);
-    src_ << "    " << stage_text(s) << ".split(" << identifier(old) << ", " << identifier(outer)
-         << ", " << identifier(inner) << ", " << factor_text(factor) << ", TailStrategy::"
+    src_ << "    " << stage_text(s) << ".split(" << id(old) << ", " << id(outer)
+         << ", " << id(inner) << ", " << factor_text(factor) << ", TailStrategy::"
          << tail_text(tail) << ");\n";
     if (apply_)
       stage(s).split(var(old, rvar), var(outer, rvar), var(inner, rvar),
@@ -146,7 +144,7 @@ public:
       declare_var(v.first, v.second);
     src_ << "    " << stage_text(s) << ".reorder(";
     for (size_t i = 0; i < vars.size(); ++i) {
-      src_ << (i ? ", " : "") << identifier(vars[i].first);
+      src_ << (i ? ", " : "") << id(vars[i].first);
       vs.push_back(var(vars[i].first, vars[i].second));
     }
     src_ << ");\n";
@@ -157,8 +155,8 @@ public:
     declare_var(inner, false);
     declare_var(outer, false);
     declare_var(fused, false);
-    src_ << "    " << stage_text(s) << ".fuse(" << identifier(inner) << ", " << identifier(outer)
-         << ", " << identifier(fused) << ");\n";
+    src_ << "    " << stage_text(s) << ".fuse(" << id(inner) << ", " << id(outer)
+         << ", " << id(fused) << ");\n";
     if (apply_)
       stage(s).fuse(Var(inner), Var(outer), Var(fused));
   }
@@ -170,7 +168,7 @@ public:
   }
   void loop_type(int s, const std::string &v, bool rvar, const char *what) {
     declare_var(v, rvar);
-    src_ << "    " << stage_text(s) << "." << what << "(" << identifier(v) << ");\n";
+    src_ << "    " << stage_text(s) << "." << what << "(" << id(v) << ");\n";
     if (!apply_)
       return;
     const std::string w = what;
@@ -214,7 +212,7 @@ public:
   }
   void compute_at(const Function &site, const std::string &site_name, const std::string &v) {
     declare_var(v, false);
-    src_ << "    " << name_ << ".compute_at(" << site_names_.at(site_name) << ", " << identifier(v)
+    src_ << "    " << name_ << ".compute_at(" << site_names_.at(site_name) << ", " << id(v)
          << ");\n";
     if (apply_)
       func_.compute_at(Func(site), Var(v));
@@ -228,19 +226,31 @@ public:
       return;
     }
     declare_var(v, false);
-    src_ << "    " << name_ << ".store_at(" << site_names_.at(site_name) << ", " << identifier(v)
+    src_ << "    " << name_ << ".store_at(" << site_names_.at(site_name) << ", " << id(v)
          << ");\n";
     if (apply_)
       func_.store_at(Func(site), Var(v));
   }
 
 private:
+  // The C++ name of a declared Var or RVar.
+  const std::string &id(const std::string &v) const { return var_names_.at(v); }
+  // `base`, or `base` with the first free suffix: Funcs, Vars and stages share one C++ scope,
+  // beside the apply function's own names.
+  std::string unique_name(const std::string &base) {
+    std::string name = base;
+    for (int n = 1; !names_.insert(name).second; ++n)
+      name = base + "_" + std::to_string(n);
+    return name;
+  }
+
   bool apply_;
   std::ostringstream &src_;
   Func func_;
   std::optional<Stage> fixed_;
-  std::string name_;
-  std::set<std::string> declared_, func_names_;
+  std::string name_, fixed_name_;
+  std::set<std::string> names_{"pipeline", "target", "Func", "MemoryType", "RVar", "TailStrategy", "Var"};
+  std::map<std::string, std::string> var_names_;
   std::map<std::string, std::string> site_names_;
 };
 
