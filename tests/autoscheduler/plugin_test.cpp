@@ -407,6 +407,59 @@ TEST_F(HkfacPlugin, ReductionsPerTileOfAWholeOutputDimensionHaveConstantAllocati
   }
 }
 
+// A 1x1 convolution (33 channels by 16 inputs per column) read at two channels, one column
+// apart: computed per tile of its consumer, its region is 33 channels by the tile's columns plus
+// one, a constant where the tile is shifted in (ShiftInwards), and no register tile of rows and
+// vectors divides it along either dimension.
+struct ChannelPair {
+  ImageParam in{Float(32), 2, "in"};
+  Func out{"out"};
+  explicit ChannelPair(int w) {
+    Var c("c"), x("x");
+    Func weight("weight"), mix("mix");
+    RDom r(0, 16, "r");
+    weight(c, x) = Halide::sin(0.3f * cast<float>(c) + 0.7f * cast<float>(x));
+    mix(c, x) = 0.0f;
+    mix(c, x) += weight(c, r) * in(r, x);
+    out(x) = mix(0, x) + mix(32, x + 1);
+    in.set_estimates({{0, 16}, {0, w + 1}});
+    out.set_estimates({{0, w}});
+  }
+};
+
+// Halide 14 miscompiles an update blocked by both rows and vectors side by side (unrolled,
+// GuardWithIf) over a constant region that leaves a tail along both dimensions: ChannelPair's
+// mix per tile of 8 columns, in 4 x 2 register tiles, overruns its stack allocation and crashes.
+// So a register tile must divide one of the two dimensions. Whatever the random model, the
+// schedule must compute what the plain schedule computes, and some must block mix per tile.
+TEST_F(HkfacPlugin, RegisterTilesOverConstantRegionsComputeWhatThePlainScheduleComputes) {
+  const int w = 256;
+  const std::regex per_tile("\\n *mix\\.compute_at\\(");
+  const std::regex blocked("\\n *mix\\.update\\(0\\)\\.unroll\\(");
+  ScopedEnv b("HL_BEAM_SIZE", "2");
+  ScopedEnv kinds("HKFAC_PLACEMENTS", "tile");
+  Buffer<float> input(16, w + 1);
+  input.for_each_element([&](int c, int x) { input(c, x) = std::cos(0.2f * x + c); });
+  ChannelPair plain(w);
+  plain.in.set(input);
+  const Buffer<float> want = plain.out.realize({w}, kTarget);
+  int checked = 0;
+  for (int seed = 1; seed <= 40; ++seed) {
+    const std::string s = std::to_string(seed);
+    ScopedEnv rw("HL_RANDOMIZE_WEIGHTS", s.c_str());
+    ChannelPair p(w);
+    Pipeline pipe(p.out);
+    const std::string src = pipe.auto_schedule("Hkfac", kTarget, machine()).schedule_source;
+    SCOPED_TRACE(src);
+    p.in.set(input);
+    Buffer<float> got = pipe.realize({w}, kTarget);
+    for (int x = 0; x < w; ++x)
+      ASSERT_NEAR(got(x), want(x), 1e-4f) << "seed " << seed << ", column " << x;
+    checked += std::regex_search(src, per_tile) && std::regex_search(src, blocked);
+  }
+  EXPECT_GE(checked, 5) << "random models of 40 blocked mix per tile " << checked << " times";
+}
+
 // Three reductions whose updates the search may reorder (the RVars outside a tile's pure
 // loops) or split (the outermost RVar's outer half outside them): a matrix product, a scan down
 // columns (each row reads the one before) and a convolution over a 3-D RDom. Sizes no tile,

@@ -208,7 +208,14 @@ bool blocks_columns(const FuncNode &f, const StageNode &s, const FuncModel &m,
   if (vectors <= 1 || m.vector_width <= 1 || !may_block_rows(f, s))
     return false;
   const UpdateOrder order = stage_update_order(s, c);
-  return order != kRVarsOuter && pure_extent(s, c, m, order, 0) >= m.vector_width * vectors;
+  const double columns = pure_extent(s, c, m, order, 0), width = m.vector_width * vectors;
+  if (order == kRVarsOuter || columns < width)
+    return false;
+  // Halide 14 miscompiles vectors side by side beside blocked rows (both unrolled, GuardWithIf)
+  // where both loops leave a tail over a constant region, such as a Func's in a shifted-in tile:
+  // points accumulated twice, or the stack allocation overrun. So the tile divides one of them.
+  return !blocks_rows(f, s, m, c) || std::fmod(columns, width) == 0 ||
+         std::fmod(pure_extent(s, c, m, order, 1), c.update_rows) == 0;
 }
 
 UpdateNest update_nest(const FuncNode &f, const StageNode &s, const FuncChoice &c,

@@ -69,8 +69,9 @@ bool blocks_rows(const FuncNode &f, const StageNode &s, const FuncModel &m, cons
 
 // Whether update stage `s` of `f` computes c.update_vectors vectors of dimension 0 side by side
 // (FuncChoice::update_vectors): of the shape row blocking applies to, not kRVarsOuter, and the
-// columns its loop over dimension 0 covers hold that many vectors. Rows and columns together
-// make a register tile, the reduction's loops around it (Adams2019's innermost tiles).
+// columns its loop over dimension 0 covers hold that many vectors; with blocked rows too, the
+// tile divides the columns or the rows (see update_nest.cpp). Rows and columns together make a
+// register tile, the reduction's loops around it (Adams2019's innermost tiles).
 bool blocks_columns(const FuncNode &f, const StageNode &s, const FuncModel &m,
                     const FuncChoice &c);
 
