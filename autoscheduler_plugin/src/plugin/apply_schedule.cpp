@@ -8,6 +8,7 @@
 #include <set>
 #include <sstream>
 
+#include "fixed_dims.h"
 #include "gpu_atomics.h"
 #include "loop_nest_model.h"
 #include "update_nest.h"
@@ -440,57 +441,6 @@ std::string device_site_var(const FuncNode &f, const FuncChoice &c, SiteLevel le
   if (level == kPerTile)
     return a + "_o";
   return a + (c.reg[0] > 1 ? "_t" : "_i");
-}
-
-// The dimensions of a Root output that its tiling leaves whole but that are to be split anyway,
-// each with its estimated extent. Where a reduction is computed inside its tile loops, a whole
-// dimension makes the reduction's allocation as large as the output's run-time extent, so it is
-// made per tile at a size known only then (Halide's pseudostack), and LLVM then reloads and
-// stores the update's accumulators at every step of the reduction instead of keeping them in
-// registers (cuda_mat_mul: 45 ms against 27 ms). A split by the estimate gives the allocation a
-// constant size. It is exact only where the extent is a multiple of the estimate (a shifted-in
-// tile would write outside a smaller output), so it lives in a specialization for those extents;
-// other sizes run the unsplit schedule. Pure producers are left alone: a single tile spanning a
-// boundary condition's whole width loses the clamp-free steady state that Halide's loop
-// partitioning gives the unsplit loop (harris: 1.46x slower).
-std::vector<std::pair<int, int>> fixed_dims(const PipelineAnalysis &dag, const State &state,
-                                            const LoopNestModel &model, const FuncNode &f,
-                                            const std::vector<int> &split) {
-  std::vector<std::pair<int, int>> out;
-  if (!f.is_output || f.func.outputs() != 1 || split.empty())
-    return out;
-  bool hosts_reduction = false;
-  for (size_t g = 0; g < state.choices.size(); ++g) {
-    const FuncNode &r = dag.funcs[g];
-    if (state.choices[g].placement != Placement::At || r.stages.size() < 2)
-      continue;
-    // Computed in f's tiles directly, or nested in a Func that is.
-    int site = state.choices[g].at_func;
-    for (int hops = 0; site >= 0 && site != f.id && hops < 64; ++hops)
-      site = state.choices[site].placement == Placement::At ? state.choices[site].at_func : -1;
-    if (site != f.id)
-      continue;
-    // Every split of the reduction's pure loops must divide its (now constant) region: Halide 14
-    // miscompiles unrolled GuardWithIf tails over constant extents (a 24 x 67 region in blocks of
-    // 16 x 4 accumulated some points twice), which it never sees at run-time extents.
-    const FuncModel &rm = model.func(static_cast<int>(g));
-    for (size_t st = 1; st < r.stages.size(); ++st)
-      for (const UpdateSplit &sp : update_nest(r, r.stages[st], state.choices[g], rm).splits)
-        for (const LoopDim &l : r.stages[st].loops)
-          if (!sp.rvar && !l.is_rvar && l.var == sp.old && l.pure_arg >= 0 &&
-              std::fmod(rm.region[l.pure_arg].extent(), sp.factor) != 0)
-            return out;
-    hosts_reduction = true;
-  }
-  if (!hosts_reduction)
-    return out;
-  const FuncModel &m = model.func(f.id);
-  for (int d = 0; d < f.dims; ++d) {
-    const double e = std::round(m.region[d].extent());
-    if (!m.split[d] && e >= 1 && e < (1 << 30))
-      out.push_back({d, static_cast<int>(e)});
-  }
-  return out;
 }
 
 // A Root Func's pure definition: tiled (`split`, outermost first), the tile loops fused into

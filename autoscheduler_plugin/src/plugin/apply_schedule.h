@@ -23,8 +23,9 @@ namespace hkfac::sched {
 std::string apply_schedule(const PipelineAnalysis &dag, const State &state,
                            const std::vector<Halide::Internal::Function> &outputs, bool apply);
 
-// The C++ name apply_schedule gives Func `func_name` in its source, unless two Funcs would share
-// it (then the second keeps its whole Halide name).
+// The C++ name apply_schedule gives Func `func_name` in its source (Halide's "$n" suffix
+// dropped), unless another Func, Var or stage of the source has it already (then the first free
+// "_n" suffix is added).
 std::string cpp_func_name(const std::string &func_name);
 
 // The fallback: every Func that may be scheduled at root, nothing else (the plain schedule the
