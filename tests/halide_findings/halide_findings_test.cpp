@@ -1,7 +1,8 @@
-// Minimal repros of Halide 14 miscompiles found by hkfac's random pipelines (docs/data.md).
+// Minimal repros of Halide 14 miscompiles found by hkfac's random pipelines and schedules (docs/data.md).
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <cmath>
 
 #include "Halide.h"
 
@@ -62,6 +63,65 @@ TEST(HalideFindings, SlidingWindowAtAnInnerRVarSlidesAlongTheWrongDimension) {
   EXPECT_GT(slid_wrong, static_cast<int>(root.number_of_elements() / 2))
       << "Halide no longer miscompiles this schedule: remove this finding, its entry in "
          "docs/data.md and the seed-6 Adams2019 known bug in tests/random_pipeline";
+}
+
+// A 1 x 1 convolution (16 inputs to `channels` outputs per pixel) computed per output tile of
+// 24 channels x `columns` columns (ShiftInwards, so a constant region) and register-blocked in
+// its update: 4 rows x 2 vectors of 8 channels side by side, both unrolled, GuardWithIf.
+Buffer<float> mix_in_tiles(const Buffer<float> &in, int channels, int columns, bool blocked) {
+  Var c("c"), x("x"), y("y"), co("co"), ci("ci"), xo("xo"), xi("xi"), cw("cw"), cu("cu"),
+      cv("cv");
+  RDom r(0, 16, "r");
+  Func weight("weight"), mix("mix"), out("out");
+  weight(c, x) = sin(0.3f * cast<float>(c) + 0.7f * cast<float>(x));
+  mix(c, x, y) = 0.0f;
+  mix(c, x, y) += weight(c, r) * in(r, x, y);
+  out(c, x, y) = mix(c, x, y);
+  weight.compute_root();
+  out.split(c, co, ci, 24, TailStrategy::ShiftInwards)
+      .split(x, xo, xi, columns, TailStrategy::ShiftInwards)
+      .reorder(ci, xi, co, xo, y);
+  mix.compute_at(out, co);
+  if (blocked)
+    mix.update()
+        .split(c, c, cw, 16, TailStrategy::GuardWithIf)
+        .split(cw, cu, cv, 8, TailStrategy::GuardWithIf)
+        .split(x, xo, xi, 4, TailStrategy::GuardWithIf)
+        .reorder(cv, cu, xi, r, c, xo, y)
+        .vectorize(cv)
+        .unroll(cu)
+        .unroll(xi);
+  return out.realize({channels, in.dim(1).extent(), in.dim(2).extent()},
+                     Target("x86-64-linux-avx-avx2-f16c-fma-sse41"));
+}
+
+// Halide 14 miscompiles that register tile where the tile's region leaves a tail along both
+// blocked dimensions (24 channels in blocks of 16, 67 columns in blocks of 4): some points are
+// accumulated twice. With 68 columns (no tail along x) it is right. The Hkfac plugin therefore
+// emits such a tile only where it divides the rows or the columns (update_nest.cpp).
+TEST(HalideFindings, RegisterTileWithTailsAlongBothDimensionsOfAConstantRegion) {
+  for (int columns : {67, 68}) {
+    Buffer<float> in(16, 2 * columns, 3);
+    in.for_each_element(
+        [&](int k, int x, int y) { in(k, x, y) = std::cos(0.2f * x + 0.1f * y + k); });
+    int wrong[2] = {0, 0};
+    for (bool blocked : {false, true}) {
+      const Buffer<float> out = mix_in_tiles(in, 48, columns, blocked);
+      // The reference: the sums by brute force.
+      out.for_each_element([&](int c, int x, int y) {
+        float want = 0;
+        for (int k = 0; k < 16; ++k)
+          want += std::sin(0.3f * c + 0.7f * k) * in(k, x, y);
+        wrong[blocked] += std::fabs(out(c, x, y) - want) > 1e-4f;
+      });
+    }
+    EXPECT_EQ(wrong[0], 0) << columns << " columns, unblocked";
+    if (columns == 68)
+      EXPECT_EQ(wrong[1], 0) << "68 columns, blocked";
+    else
+      EXPECT_GT(wrong[1], 0) << "Halide no longer miscompiles this register tile: remove this "
+                                "finding and the guard in blocks_columns (update_nest.cpp)";
+  }
 }
 
 } // namespace
