@@ -1057,4 +1057,70 @@ TEST_F(HkfacPlugin, FeaturizationCountsABlockedProductsSharedLoadsOncePerBlock) 
                                 "row-and-column-blocked vectorized update";
 }
 
+// A histogram of cells over intensity bins (bgu's moments): cell (x, y) gathers 4 pixels of its
+// row, and bin z weighs each by a tent around it. Vectorized along x its update gathers the input
+// at a stride of 4; along z (FuncChoice::update_lanes) every lane reads the same pixel.
+struct BinnedCells {
+  ImageParam in{Float(32), 2, "in"};
+  Func h{"h"};
+  BinnedCells() {
+    Var x("x"), y("y"), z("z");
+    RDom r(0, 4, "r");
+    Expr v = in(x * 4 + r, y);
+    h(x, y, z) = 0.0f;
+    h(x, y, z) += max(0.0f, 1.0f - abs(v * 8 - cast<float>(z))) * v;
+    in.set_estimates({{0, 96}, {0, 40}});
+    h.set_estimates({{0, 24}, {0, 40}, {0, 16}});
+  }
+};
+
+// An update vectorized along a higher dimension computes what the plain schedule computes, at
+// the estimated size and at sizes no vector divides, and its per-vector loads are counted against
+// that loop, as by hand: along z the input is one broadcast per vector (4 bytes, one line), along
+// x a gather of 8 lanes (8 scalar loads, 32 bytes, 8 lines). Random models of 40 must vectorize
+// the update along z and along x.
+TEST_F(HkfacPlugin, UpdatesVectorizedAlongAHigherDimensionComputeThePlainScheduleAndCountTheirLoads) {
+  ScopedEnv b("HL_BEAM_SIZE", "2");
+  ScopedEnv kinds("HKFAC_PLACEMENTS", "root,lanes");
+  std::set<std::string> seen;
+  for (int seed = 1; seed <= 40 && seen.size() < 2; ++seed) {
+    const std::string sd = std::to_string(seed);
+    ScopedEnv w("HL_RANDOMIZE_WEIGHTS", sd.c_str());
+    BinnedCells p;
+    Pipeline pipe(p.h);
+    const AutoSchedulerResults res = pipe.auto_schedule("Hkfac", kTarget, machine());
+    const std::string &src = res.schedule_source;
+    SCOPED_TRACE(src);
+    const bool along_z = src.find("h.update(0).vectorize(z_v)") != std::string::npos;
+    const bool along_x = src.find("h.update(0).vectorize(x_v)") != std::string::npos;
+    if (!along_z && !along_x)
+      continue;
+    seen.insert(along_z ? "z" : "x");
+    const std::vector<float> v = floats(res.featurization);
+    ASSERT_EQ(v.size(), 3u * (kS + kAlgo)); // in_im, h, h's update
+    const float *u = v.data() + 2 * (kS + kAlgo);
+    EXPECT_EQ(u[22], 8);                               // vector width
+    EXPECT_FLOAT_EQ(u[26], along_z ? 1.0f : 8.0f);     // scalar loads per vector
+    EXPECT_FLOAT_EQ(u[27], 0.0f);                      // vector loads per vector
+    EXPECT_FLOAT_EQ(u[31], along_z ? 4.0f : 32.0f);    // bytes
+    EXPECT_FLOAT_EQ(u[32], along_z ? 1.0f : 8.0f);     // lines
+    for (auto [w, h, bins] : {std::tuple{24, 40, 16}, std::tuple{13, 7, 11}}) {
+      Buffer<float> input(4 * w, h);
+      input.for_each_element([&](int i, int j) { input(i, j) = 0.5f + 0.5f * std::sin(0.3f * i + j); });
+      p.in.set(input);
+      Buffer<float> got = pipe.realize({w, h, bins}, kTarget);
+      got.for_each_element([&](int x, int y, int z) {
+        float want = 0;
+        for (int r = 0; r < 4; ++r) {
+          const float val = input(4 * x + r, y);
+          want += std::max(0.0f, 1.0f - std::fabs(val * 8 - z)) * val;
+        }
+        ASSERT_NEAR(got(x, y, z), want, 1e-5f) << w << " x " << h << " x " << bins << ": " << x
+                                                << "," << y << "," << z;
+      });
+    }
+  }
+  EXPECT_EQ(seen.size(), 2u) << "40 random models did not vectorize the update along both z and x";
+}
+
 } // namespace

@@ -27,9 +27,10 @@ std::vector<FuncChoice> choices(const PipelineAnalysis &dag, const State &state,
                     : func_choices(dag, state, model, id, params, coarse, allowed);
 }
 
-// Whether two scored states are one schedule: their choices differ at most in register tiles and
-// they cost the same. A tile the loops cannot hold is not applied (update_nest.h), so such choices
-// emit the unblocked schedule and featurize identically; an applied tile changes the features.
+// Whether two scored states are one schedule: their choices differ at most in register tiles or
+// update lanes, and they cost the same. A tile or lanes the loops cannot hold are not applied
+// (update_nest.h), so such choices emit the plain schedule and featurize identically; applied
+// ones change the features.
 bool same_schedule(const State &a, const State &b) {
   if (a.cost != b.cost || a.choices.size() != b.choices.size())
     return false;
@@ -37,6 +38,7 @@ bool same_schedule(const State &a, const State &b) {
     FuncChoice x = a.choices[i];
     x.update_rows = b.choices[i].update_rows;
     x.update_vectors = b.choices[i].update_vectors;
+    x.update_lanes = b.choices[i].update_lanes;
     if (!(x == b.choices[i]))
       return false;
   }

@@ -93,11 +93,12 @@ Parameters Parameters::from(const Halide::MachineParams &mp, const Halide::Targe
                            : kind == "root"  ? kPlaceRoot
                            : kind == "reorder" ? kPlaceReorder
                            : kind == "rsplit" ? kPlaceRSplit
+                           : kind == "lanes" ? kPlaceLanes
                            : kind == "all"   ? kPlaceAll
                                              : 0u;
       input_check(bit != 0)
           << "Hkfac: HKFAC_PLACEMENTS=\"" << v << "\" names \"" << kind
-          << "\", which is not one of root, inline, tile, task, slide, nest, reorder, rsplit, all\n";
+          << "\", which is not one of root, inline, tile, task, slide, nest, reorder, rsplit, lanes, all\n";
       p.placements |= bit;
       at = comma + 1;
     }

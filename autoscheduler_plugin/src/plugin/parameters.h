@@ -25,7 +25,9 @@ enum PlacementKinds : unsigned {
   // moved outside a tile's pure loops, and the outermost RVar split with its outer half moved.
   kPlaceReorder = 64,
   kPlaceRSplit = 128,
-  kPlaceAll = 255,
+  // Nor is this: an update vectorized along a higher pure dimension (FuncChoice::update_lanes).
+  kPlaceLanes = 256,
+  kPlaceAll = 511,
   // The default is every kind: with weights trained on samples of them all (4,103 of them then,
   // weights/README.md) the bench bed ran 1.34x Adams2019 greedy, against 1.47x without sliding
   // windows and nests (docs/RESULTS.md#autoscheduler-plugin-hkfac).
@@ -56,7 +58,7 @@ struct Parameters {
   int top_k = 0;               // HKFAC_TOPK
   std::string top_k_dir = "."; // HKFAC_TOPK_DIR
   int threads = 0;             // HKFAC_THREADS; 0 = every core
-  unsigned placements = kPlaceDefault; // HKFAC_PLACEMENTS: root,inline,tile,task,slide,nest,reorder,rsplit, all
+  unsigned placements = kPlaceDefault; // HKFAC_PLACEMENTS: root,inline,tile,task,slide,nest,reorder,rsplit,lanes, all
   std::string inject_failure;  // HKFAC_INJECT_FAILURE (tests): analysis|search|apply
   // HKFAC_REFEATURIZE: a file of "old.featurization new.featurization" lines, archived samples
   // of this pipeline to carry to the current features (refeaturize.h) before the search.

@@ -303,6 +303,14 @@ PipelineAnalysis::PipelineAnalysis(const std::vector<Function> &outputs, const T
         for (const Expr &e : exprs)
           e.accept(&lanes);
       const CallClassifier &by_lane = lane != inner ? lanes : classifier;
+      // An update may vectorize a higher pure loop instead (FuncChoice::update_lanes).
+      std::vector<CallClassifier> along;
+      for (int d = 1; di > 0 && d < n.dims; ++d) {
+        along.emplace_back(n.name, s.pure_arg_is_loop[d] ? n.func.args()[d] : "");
+        if (s.pure_arg_is_loop[d])
+          for (const Expr &e : exprs)
+            e.accept(&along.back());
+      }
       // Only an update with a pure row loop can be blocked by rows (update_nest.h).
       const bool row_loop = di > 0 && n.dims > 1 && s.pure_arg_is_loop[1];
       CallClassifier rows(n.name, row_loop ? n.func.args()[1] : "");
@@ -335,6 +343,13 @@ PipelineAnalysis::PipelineAnalysis(const std::vector<Function> &outputs, const T
           a.lane_dense_calls = l->second.dense;
           a.lane_broadcast_calls = l->second.broadcast;
           a.lane_gather_calls = l->second.gather;
+        }
+        for (const CallClassifier &by_dim : along) {
+          auto ac = by_dim.counts.find(kv.first);
+          a.lanes_along.push_back(ac == by_dim.counts.end()
+                                      ? std::array<int, 3>{0, 0, 0}
+                                      : std::array<int, 3>{ac->second.dense, ac->second.broadcast,
+                                                           ac->second.gather});
         }
         auto rc = rows.counts.find(kv.first);
         if (rc != rows.counts.end())

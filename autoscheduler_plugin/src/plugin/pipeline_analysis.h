@@ -50,6 +50,9 @@ struct Access {
   // definition they equal the counts above; for a matrix product's update they tell the
   // broadcast row operand and the dense column operand apart, which the RVar cannot.
   int lane_dense_calls = 0, lane_broadcast_calls = 0, lane_gather_calls = 0;
+  // The same against the pure variable of each higher dimension d (index d - 1) that an update
+  // may vectorize instead (FuncChoice::update_lanes): dense, broadcast and gather calls.
+  std::vector<std::array<int, 3>> lanes_along;
   // Calls independent of the pure variable of dimension 1, where an update loops over it: a
   // schedule that blocks the update by rows (update_nest.h) loads them once for all its rows.
   int row_shared_calls = 0;

@@ -75,14 +75,17 @@ void cpu_schedule_features(const PipelineAnalysis &dag, const State &state,
       const double tasks = s.index == 0                  ? m.tasks
                            : nest.order != kRVarsInner ? nest.tasks
                            : (m.tasks > 1 && c.parallel_dims > 0 ? m.tasks : 1);
-      int innermost_dim = -1;
+      // An update vectorized along a higher dimension has that loop innermost.
+      const int lanes = s.index > 0 ? update_lanes(f, s, c, m) : 0;
+      int innermost_dim = lanes > 0 ? lanes : -1;
       for (const LoopDim &l : s.loops)
-        if (!l.is_rvar) {
+        if (!l.is_rvar && innermost_dim < 0) {
           innermost_dim = l.pure_arg;
           break;
         }
       const bool stage_vectorized =
-          m.vector_width > 1 && (s.index == 0 || (s.pure_arg_is_loop[0] && !s.loops.empty()));
+          m.vector_width > 1 &&
+          (s.index == 0 || lanes > 0 || (s.pure_arg_is_loop[0] && !s.loops.empty()));
       const int vw = stage_vectorized ? m.vector_width : 1;
       // The innermost loop's extent in vectors. Under kRVarsInner it is the innermost RVar's
       // (divided by the lanes as it always was, so old schedules featurize as before); in the
@@ -158,7 +161,8 @@ void cpu_schedule_features(const PipelineAnalysis &dag, const State &state,
       const double vectors = vw > 1 ? std::floor(total / vw) : 0;
       o[kCpuNumVectors] = vectors;
       o[kCpuNumScalars] = vw > 1 ? total - vectors * vw : total;
-      const VectorLoads per_vector = vector_loads(s, vw, blocked ? c.update_rows : 1, tile_vectors);
+      const VectorLoads per_vector =
+          vector_loads(s, vw, blocked ? c.update_rows : 1, tile_vectors, std::max(lanes, 0));
       o[kCpuScalarLoadsPerVector] = per_vector.scalar_loads;
       o[kCpuVectorLoadsPerVector] = per_vector.vector_loads;
       o[kCpuScalarLoadsPerScalar] = calls;

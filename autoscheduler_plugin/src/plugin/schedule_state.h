@@ -61,6 +61,11 @@ struct FuncChoice {
   // The same along dimension 0 (see blocks_columns): `update_vectors` vectors side by side,
   // unrolled, so one broadcast of an operand no column depends on serves them all.
   int update_vectors = 1;
+  // The pure dimension whose loop an update's vector lanes run along: 0, or a higher one, for an
+  // update in Halide's default order (kRVarsInner) without a register tile, where the data it
+  // reads along dimension 0 are strided (a histogram of cells vectorized across its bins). The
+  // pure definition and the storage stay as they are (see update_lanes in update_nest.h).
+  int update_lanes = 0;
   UpdateOrder update_order = kRVarsInner;
   int rvar_split = 1; // kRVarSplit's factor
   // GPU targets (gpu_search_space.h). A device Root Func's `tile` is one block's extent per
@@ -76,7 +81,7 @@ struct FuncChoice {
     return placement == o.placement && at_func == o.at_func && at_level == o.at_level &&
            store_outer == o.store_outer && tile == o.tile && parallel_dims == o.parallel_dims && vectorize == o.vectorize &&
            unroll_rvars == o.unroll_rvars && update_rows == o.update_rows &&
-           update_vectors == o.update_vectors &&
+           update_vectors == o.update_vectors && update_lanes == o.update_lanes &&
            update_order == o.update_order && rvar_split == o.rvar_split && gpu == o.gpu &&
            threads == o.threads && reg == o.reg;
   }

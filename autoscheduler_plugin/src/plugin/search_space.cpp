@@ -83,6 +83,22 @@ std::vector<int> rvar_split_factors(const FuncNode &f, const Parameters &params)
   return out;
 }
 
+// The higher dimensions an update of `f` may vectorize instead of dimension 0 (none unless
+// HKFAC_PLACEMENTS allows lanes): pure loops of some update that hold a vector at root.
+std::vector<int> lane_dims(const FuncNode &f, const Parameters &params) {
+  std::vector<int> out;
+  if (!(params.placements & kPlaceLanes) || f.vector_width <= 1)
+    return out;
+  for (int d = 1; d < f.dims; ++d) {
+    bool any = false;
+    for (const StageNode &s : f.stages)
+      any = any || (s.index > 0 && s.pure_arg_is_loop[d]);
+    if (any && f.root_region[d].extent() >= f.vector_width)
+      out.push_back(d);
+  }
+  return out;
+}
+
 std::vector<FuncChoice> unblocked_choices(const PipelineAnalysis &dag, const State &state,
                                           const LoopNestModel &model, int id,
                                           const Parameters &params, bool coarse,
@@ -103,12 +119,18 @@ std::vector<FuncChoice> func_choices(const PipelineAnalysis &dag, const State &s
       has_blockable_update(f) ? std::vector<std::pair<int, int>>{{4, 1}, {8, 1}, {4, 2}}
                               : std::vector<std::pair<int, int>>{};
   const std::vector<int> splits = rvar_split_factors(f, params);
+  const std::vector<int> lanes = lane_dims(f, params);
   const bool reorder = (params.placements & kPlaceReorder) && has_reorderable_update(f);
   const size_t n = out.size();
   for (size_t i = 0; i < n; ++i) {
     if (out[i].placement == Placement::Inline)
       continue;
     FuncChoice c = out[i];
+    for (int d : lanes) {
+      c.update_lanes = d;
+      out.push_back(c);
+    }
+    c.update_lanes = 0;
     for (auto [rows, vectors] : tiles) {
       c.update_rows = rows;
       c.update_vectors = vectors;

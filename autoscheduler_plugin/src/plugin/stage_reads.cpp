@@ -3,6 +3,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <tuple>
 
 namespace hkfac::sched {
 
@@ -40,19 +41,25 @@ void reads(const PipelineAnalysis &dag, const LoopNestModel &model, const StageN
   }
 }
 
-VectorLoads vector_loads(const StageNode &s, int vw, int rows, int vectors) {
+VectorLoads vector_loads(const StageNode &s, int vw, int rows, int vectors, int lanes) {
   VectorLoads v;
   for (const Access &a : s.accesses) {
+    int lane_dense = a.lane_dense_calls, lane_broadcast = a.lane_broadcast_calls,
+        lane_gather = a.lane_gather_calls;
+    if (lanes > 0 && static_cast<size_t>(lanes) <= a.lanes_along.size())
+      std::tie(lane_dense, lane_broadcast, lane_gather) =
+          std::tuple{a.lanes_along[lanes - 1][0], a.lanes_along[lanes - 1][1],
+                     a.lanes_along[lanes - 1][2]};
     // Under row blocking, the calls no row depends on are loaded once for all `rows` rows.
     // Which of an access's calls they are is not kept, so its kinds share them in proportion.
     const double shared =
         rows > 1 && a.calls > 0 ? static_cast<double>(a.row_shared_calls) / a.calls : 0;
     const double per_row = 1 - shared + shared / std::max(rows, 1);
-    const double dense = (vw > 1 ? a.lane_dense_calls : a.dense_calls) * per_row;
-    const double broadcast = (vw > 1 ? a.lane_broadcast_calls / static_cast<double>(std::max(vectors, 1))
+    const double dense = (vw > 1 ? lane_dense : a.dense_calls) * per_row;
+    const double broadcast = (vw > 1 ? lane_broadcast / static_cast<double>(std::max(vectors, 1))
                                      : a.broadcast_calls) *
                              per_row;
-    const double gather = (vw > 1 ? a.lane_gather_calls : a.gather_calls) * per_row;
+    const double gather = (vw > 1 ? lane_gather : a.gather_calls) * per_row;
     if (vw > 1) {
       v.scalar_loads += broadcast + gather * vw;
       v.vector_loads += dense;

@@ -21,10 +21,12 @@ void reads(const PipelineAnalysis &dag, const LoopNestModel &model, const StageN
 // `rows` rows (update_nest.h) loads its row-independent calls once per block
 // (Access::row_shared_calls), so they count 1 / rows per vector; one blocked by `vectors`
 // vectors side by side broadcasts its column-independent calls (Access::lane_broadcast_calls)
-// once for all of them, 1 / vectors per vector.
+// once for all of them, 1 / vectors per vector. An update vectorized along a higher dimension
+// (`lanes`, FuncChoice::update_lanes) classifies its loads against that loop
+// (Access::lanes_along).
 struct VectorLoads {
   double scalar_loads = 0, vector_loads = 0, bytes = 0, lines = 0;
 };
-VectorLoads vector_loads(const StageNode &s, int vw, int rows = 1, int vectors = 1);
+VectorLoads vector_loads(const StageNode &s, int vw, int rows = 1, int vectors = 1, int lanes = 0);
 
 } // namespace hkfac::sched

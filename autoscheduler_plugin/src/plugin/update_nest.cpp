@@ -61,10 +61,11 @@ UpdateNest inner_nest(const FuncNode &f, const StageNode &s, const FuncChoice &c
   for (const LoopDim &l : s.loops)
     n.loops.push_back({l.var, l.is_rvar,
                        l.is_rvar ? std::max(1.0, l.rextent) : std::max(1.0, m.region[l.pure_arg].extent())});
-  const bool vectorized = vectorizes(f, s, c, m, kRVarsInner);
-  n.blocked = vectorized && blocks_rows(f, s, m, c);
-  n.vectors = vectorized && blocks_columns(f, s, m, c) ? c.update_vectors : 1;
-  const std::string x = f.dims > 0 ? f.func.args()[0] : std::string();
+  const int lanes = update_lanes(f, s, c, m);
+  const bool vectorized = lanes >= 0;
+  n.blocked = lanes == 0 && blocks_rows(f, s, m, c);
+  n.vectors = lanes == 0 && blocks_columns(f, s, m, c) ? c.update_vectors : 1;
+  const std::string x = vectorized ? f.func.args()[lanes] : std::string();
   const std::string y = f.dims > 1 ? f.func.args()[1] : std::string();
   if (vectorized) {
     UpdateLoop *lx = find_loop(n.loops, x);
@@ -84,7 +85,7 @@ UpdateNest inner_nest(const FuncNode &f, const StageNode &s, const FuncChoice &c
   const LoopDim &outer = s.loops.back();
   if (c.placement == Placement::Root && !outer.is_rvar && s.pure_arg_is_loop[outer.pure_arg] &&
       m.region[outer.pure_arg].extent() >= 2 && c.parallel_dims > 0 &&
-      !(vectorized && outer.pure_arg == 0)) {
+      !(vectorized && outer.pure_arg == lanes)) {
     UpdateLoop *l = find_loop(n.loops, n.blocked && outer.var == y ? y + "_o" : outer.var);
     l->kind = UpdateLoop::kParallel;
     n.tasks = l->extent;
@@ -156,6 +157,16 @@ UpdateNest tiled_nest(const FuncNode &f, const StageNode &s, const FuncChoice &c
 }
 
 } // namespace
+
+int update_lanes(const FuncNode &f, const StageNode &s, const FuncChoice &c, const FuncModel &m) {
+  const UpdateOrder order = stage_update_order(s, c);
+  const int d = c.update_lanes;
+  if (c.vectorize && m.vector_width > 1 && d > 0 && d < f.dims && s.pure_arg_is_loop[d] &&
+      order == kRVarsInner && c.update_rows == 1 && c.update_vectors == 1 &&
+      std::max(1.0, m.region[d].extent()) >= m.vector_width)
+    return d;
+  return vectorizes(f, s, c, m, order) ? 0 : -1;
+}
 
 bool reorderable(const StageNode &s) {
   bool rvar = false, pure = false;

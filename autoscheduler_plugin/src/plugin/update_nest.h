@@ -48,6 +48,12 @@ struct UpdateNest {
   double tasks = 1;              // iterations of the parallel loop
 };
 
+// The dimension whose pure loop update stage `s` vectorizes under `c`, or -1 where it runs scalar:
+// c.update_lanes where the stage may vectorize it (a higher dimension only under kRVarsInner,
+// without a register tile, its pure loop covering a whole vector), else dimension 0 where its
+// loop covers a whole vector.
+int update_lanes(const FuncNode &f, const StageNode &s, const FuncChoice &c, const FuncModel &m);
+
 // Whether update stage `s` has both an RVar and a pure loop, so that its loop order may change.
 bool reorderable(const StageNode &s);
 
