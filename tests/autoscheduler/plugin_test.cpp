@@ -1063,14 +1063,14 @@ TEST_F(HkfacPlugin, FeaturizationCountsABlockedProductsSharedLoadsOncePerBlock) 
 struct BinnedCells {
   ImageParam in{Float(32), 2, "in"};
   Func h{"h"};
-  BinnedCells() {
+  explicit BinnedCells(int cells) {
     Var x("x"), y("y"), z("z");
     RDom r(0, 4, "r");
     Expr v = in(x * 4 + r, y);
     h(x, y, z) = 0.0f;
     h(x, y, z) += max(0.0f, 1.0f - abs(v * 8 - cast<float>(z))) * v;
-    in.set_estimates({{0, 96}, {0, 40}});
-    h.set_estimates({{0, 24}, {0, 40}, {0, 16}});
+    in.set_estimates({{0, 4 * cells}, {0, 40}});
+    h.set_estimates({{0, cells}, {0, 40}, {0, 16}});
   }
 };
 
@@ -1078,15 +1078,17 @@ struct BinnedCells {
 // the estimated size and at sizes no vector divides, and its per-vector loads are counted against
 // that loop, as by hand: along z the input is one broadcast per vector (4 bytes, one line), along
 // x a gather of 8 lanes (8 scalar loads, 32 bytes, 8 lines). Random models of 40 must vectorize
-// the update along z and along x.
+// the update along z and along x, and along z also where the cells are too few for a vector
+// along x (3).
 TEST_F(HkfacPlugin, UpdatesVectorizedAlongAHigherDimensionComputeThePlainScheduleAndCountTheirLoads) {
   ScopedEnv b("HL_BEAM_SIZE", "2");
   ScopedEnv kinds("HKFAC_PLACEMENTS", "root,lanes");
   std::set<std::string> seen;
-  for (int seed = 1; seed <= 40 && seen.size() < 2; ++seed) {
+  for (int seed = 1; seed <= 40 && seen.size() < 3; ++seed) {
     const std::string sd = std::to_string(seed);
     ScopedEnv w("HL_RANDOMIZE_WEIGHTS", sd.c_str());
-    BinnedCells p;
+    const int cells = seed % 2 ? 24 : 3;
+    BinnedCells p(cells);
     Pipeline pipe(p.h);
     const AutoSchedulerResults res = pipe.auto_schedule("Hkfac", kTarget, machine());
     const std::string &src = res.schedule_source;
@@ -1095,7 +1097,7 @@ TEST_F(HkfacPlugin, UpdatesVectorizedAlongAHigherDimensionComputeThePlainSchedul
     const bool along_x = src.find("h.update(0).vectorize(x_v)") != std::string::npos;
     if (!along_z && !along_x)
       continue;
-    seen.insert(along_z ? "z" : "x");
+    seen.insert(std::string(along_z ? "z" : "x") + std::to_string(cells));
     const std::vector<float> v = floats(res.featurization);
     ASSERT_EQ(v.size(), 3u * (kS + kAlgo)); // in_im, h, h's update
     const float *u = v.data() + 2 * (kS + kAlgo);
@@ -1104,7 +1106,7 @@ TEST_F(HkfacPlugin, UpdatesVectorizedAlongAHigherDimensionComputeThePlainSchedul
     EXPECT_FLOAT_EQ(u[27], 0.0f);                      // vector loads per vector
     EXPECT_FLOAT_EQ(u[31], along_z ? 4.0f : 32.0f);    // bytes
     EXPECT_FLOAT_EQ(u[32], along_z ? 1.0f : 8.0f);     // lines
-    for (auto [w, h, bins] : {std::tuple{24, 40, 16}, std::tuple{13, 7, 11}}) {
+    for (auto [w, h, bins] : {std::tuple{cells, 40, 16}, std::tuple{13, 7, 11}}) {
       Buffer<float> input(4 * w, h);
       input.for_each_element([&](int i, int j) { input(i, j) = 0.5f + 0.5f * std::sin(0.3f * i + j); });
       p.in.set(input);
@@ -1120,7 +1122,8 @@ TEST_F(HkfacPlugin, UpdatesVectorizedAlongAHigherDimensionComputeThePlainSchedul
       });
     }
   }
-  EXPECT_EQ(seen.size(), 2u) << "40 random models did not vectorize the update along both z and x";
+  EXPECT_EQ(seen, (std::set<std::string>{"x24", "z24", "z3"}))
+      << "40 random models did not vectorize the update along z and x of 24 cells and along z of 3";
 }
 
 } // namespace

@@ -84,9 +84,8 @@ void cpu_schedule_features(const PipelineAnalysis &dag, const State &state,
           break;
         }
       const bool stage_vectorized =
-          m.vector_width > 1 &&
-          (s.index == 0 || lanes > 0 || (s.pure_arg_is_loop[0] && !s.loops.empty()));
-      const int vw = stage_vectorized ? m.vector_width : 1;
+          m.vector_width > 1 && (s.index == 0 || (s.pure_arg_is_loop[0] && !s.loops.empty()));
+      const int vw = lanes > 0 ? f.vector_width : stage_vectorized ? m.vector_width : 1;
       // The innermost loop's extent in vectors. Under kRVarsInner it is the innermost RVar's
       // (divided by the lanes as it always was, so old schedules featurize as before); in the
       // tiled orders the innermost loop that is neither lanes nor blocked rows.

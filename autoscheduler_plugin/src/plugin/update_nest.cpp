@@ -68,9 +68,10 @@ UpdateNest inner_nest(const FuncNode &f, const StageNode &s, const FuncChoice &c
   const std::string x = vectorized ? f.func.args()[lanes] : std::string();
   const std::string y = f.dims > 1 ? f.func.args()[1] : std::string();
   if (vectorized) {
+    const int width = lanes > 0 ? f.vector_width : m.vector_width;
     UpdateLoop *lx = find_loop(n.loops, x);
-    lx->extent = std::ceil(lx->extent / (m.vector_width * n.vectors));
-    split_lanes(n, x, x, m.vector_width, n.loops);
+    lx->extent = std::ceil(lx->extent / (width * n.vectors));
+    split_lanes(n, x, x, width, n.loops);
     if (n.blocked) {
       // x_v (x_u), y_i innermost, the RVars around them, y_o where y was.
       n.splits.push_back({y, y + "_o", y + "_i", false, static_cast<double>(c.update_rows)});
@@ -161,9 +162,10 @@ UpdateNest tiled_nest(const FuncNode &f, const StageNode &s, const FuncChoice &c
 int update_lanes(const FuncNode &f, const StageNode &s, const FuncChoice &c, const FuncModel &m) {
   const UpdateOrder order = stage_update_order(s, c);
   const int d = c.update_lanes;
-  if (c.vectorize && m.vector_width > 1 && d > 0 && d < f.dims && s.pure_arg_is_loop[d] &&
+  // The native width, whether or not dimension 0 holds a vector (FuncModel::vector_width).
+  if (c.vectorize && f.vector_width > 1 && d > 0 && d < f.dims && s.pure_arg_is_loop[d] &&
       order == kRVarsInner && c.update_rows == 1 && c.update_vectors == 1 &&
-      std::max(1.0, m.region[d].extent()) >= m.vector_width)
+      std::max(1.0, m.region[d].extent()) >= f.vector_width)
     return d;
   return vectorizes(f, s, c, m, order) ? 0 : -1;
 }
