@@ -78,11 +78,9 @@ void cpu_schedule_features(const PipelineAnalysis &dag, const State &state,
       // An update vectorized along a higher dimension has that loop innermost.
       const int lanes = s.index > 0 ? update_lanes(f, s, c, m) : 0;
       int innermost_dim = lanes > 0 ? lanes : -1;
-      for (const LoopDim &l : s.loops)
-        if (!l.is_rvar && innermost_dim < 0) {
-          innermost_dim = l.pure_arg;
-          break;
-        }
+      for (size_t i = 0; innermost_dim < 0 && i < s.loops.size(); ++i)
+        if (!s.loops[i].is_rvar)
+          innermost_dim = s.loops[i].pure_arg;
       const bool stage_vectorized =
           m.vector_width > 1 && (s.index == 0 || (s.pure_arg_is_loop[0] && !s.loops.empty()));
       const int vw = lanes > 0 ? f.vector_width : stage_vectorized ? m.vector_width : 1;

@@ -2,8 +2,8 @@
 #include "stage_reads.h"
 
 #include <algorithm>
+#include <array>
 #include <cmath>
-#include <tuple>
 
 namespace hkfac::sched {
 
@@ -44,12 +44,11 @@ void reads(const PipelineAnalysis &dag, const LoopNestModel &model, const StageN
 VectorLoads vector_loads(const StageNode &s, int vw, int rows, int vectors, int lanes) {
   VectorLoads v;
   for (const Access &a : s.accesses) {
-    int lane_dense = a.lane_dense_calls, lane_broadcast = a.lane_broadcast_calls,
-        lane_gather = a.lane_gather_calls;
-    if (lanes > 0 && static_cast<size_t>(lanes) <= a.lanes_along.size())
-      std::tie(lane_dense, lane_broadcast, lane_gather) =
-          std::tuple{a.lanes_along[lanes - 1][0], a.lanes_along[lanes - 1][1],
-                     a.lanes_along[lanes - 1][2]};
+    // Dense, broadcast and gather calls against the vectorized loop.
+    const auto [lane_dense, lane_broadcast, lane_gather] =
+        lanes > 0 && static_cast<size_t>(lanes) <= a.lanes_along.size()
+            ? a.lanes_along[lanes - 1]
+            : std::array<int, 3>{a.lane_dense_calls, a.lane_broadcast_calls, a.lane_gather_calls};
     // Under row blocking, the calls no row depends on are loaded once for all `rows` rows.
     // Which of an access's calls they are is not kept, so its kinds share them in proportion.
     const double shared =
