@@ -83,7 +83,7 @@ void cpu_schedule_features(const PipelineAnalysis &dag, const State &state,
           innermost_dim = s.loops[i].pure_arg;
       const bool stage_vectorized =
           m.vector_width > 1 && (s.index == 0 || (s.pure_arg_is_loop[0] && !s.loops.empty()));
-      const int vw = lanes > 0 ? f.vector_width : stage_vectorized ? m.vector_width : 1;
+      const int vw = lanes > 0 || stage_vectorized ? update_lane_width(f, lanes, m) : 1;
       // The innermost loop's extent in vectors. Under kRVarsInner it is the innermost RVar's
       // (divided by the lanes as it always was, so old schedules featurize as before); in the
       // tiled orders the innermost loop that is neither lanes nor blocked rows.

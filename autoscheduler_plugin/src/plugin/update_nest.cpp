@@ -68,7 +68,7 @@ UpdateNest inner_nest(const FuncNode &f, const StageNode &s, const FuncChoice &c
   const std::string x = vectorized ? f.func.args()[lanes] : std::string();
   const std::string y = f.dims > 1 ? f.func.args()[1] : std::string();
   if (vectorized) {
-    const int width = lanes > 0 ? f.vector_width : m.vector_width;
+    const int width = update_lane_width(f, lanes, m);
     UpdateLoop *lx = find_loop(n.loops, x);
     lx->extent = std::ceil(lx->extent / (width * n.vectors));
     split_lanes(n, x, x, width, n.loops);
@@ -168,6 +168,10 @@ int update_lanes(const FuncNode &f, const StageNode &s, const FuncChoice &c, con
       std::max(1.0, m.region[d].extent()) >= f.vector_width)
     return d;
   return vectorizes(f, s, c, m, order) ? 0 : -1;
+}
+
+int update_lane_width(const FuncNode &f, int lanes, const FuncModel &m) {
+  return lanes > 0 ? f.vector_width : m.vector_width;
 }
 
 bool reorderable(const StageNode &s) {

@@ -54,6 +54,10 @@ struct UpdateNest {
 // loop covers a whole vector.
 int update_lanes(const FuncNode &f, const StageNode &s, const FuncChoice &c, const FuncModel &m);
 
+// The lanes of a vector of the dimension update_lanes gave: a higher dimension vectorizes at the
+// Func's native width, dimension 0 at the width the model chose for the Func.
+int update_lane_width(const FuncNode &f, int lanes, const FuncModel &m);
+
 // Whether update stage `s` has both an RVar and a pure loop, so that its loop order may change.
 bool reorderable(const StageNode &s);
 
