@@ -829,6 +829,42 @@ TEST_F(HkfacPlugin, TopKWritesRankedSchedules) {
   EXPECT_EQ(rows, 3);
 }
 
+// Halide takes any string as a Func's name; the printed schedule must still compile where a
+// Func is called like a C++ keyword, a Var, or a name of the apply function. Every Func at root,
+// so that each is named in the source; the compiler is the judge.
+TEST_F(HkfacPlugin, PrintedScheduleCompilesWhateverItsFuncsAreCalled) {
+  ScopedEnv kinds("HKFAC_PLACEMENTS", "root");
+  ImageParam in(Float(32), 2, "in");
+  Var x("x"), y("y");
+  Func twice("new"), pair("int"), product("x"), shifted("class"), out("pipeline");
+  twice(x, y) = in(x, y) * 2;
+  pair(x, y) = twice(x, y) + twice(x + 1, y);
+  product(x, y) = pair(x, y) * pair(x, y + 1);
+  shifted(x, y) = product(x, y) - product(x + 1, y + 1);
+  out(x, y) = shifted(x, y) + 1;
+  in.set_estimates({{0, 130}, {0, 66}});
+  out.set_estimates({{0, 128}, {0, 64}});
+  const std::string src = Pipeline(out).auto_schedule("Hkfac", kTarget, machine()).schedule_source;
+  for (const char *name : {"new", "int", "class"})
+    EXPECT_TRUE(std::regex_search(src, std::regex(std::string("Func ") + name + "_1 = "))) << src;
+  const std::string path = ::testing::TempDir() + "/keyword_names.schedule.h";
+  // Wrapped as Halide's generator wraps it (-e schedule).
+  std::ofstream(path) << "#include \"Halide.h\"\n"
+                      << "inline void apply(::Halide::Pipeline pipeline, ::Halide::Target target) {\n"
+                      << "using ::Halide::Func; using ::Halide::MemoryType; using ::Halide::RVar;\n"
+                      << "using ::Halide::TailStrategy; using ::Halide::Var;\n"
+                      << src << "}\n";
+  std::string includes;
+  for (std::string dirs = HKFAC_HALIDE_INCLUDES; !dirs.empty();) {
+    const size_t colon = dirs.find(':');
+    includes += " -I'" + dirs.substr(0, colon) + "'";
+    dirs = colon == std::string::npos ? "" : dirs.substr(colon + 1);
+  }
+  const std::string command =
+      std::string("'") + HKFAC_CXX + "' -std=c++17 -fsyntax-only -x c++" + includes + " '" + path + "'";
+  EXPECT_EQ(std::system(command.c_str()), 0) << command << "\n" << src;
+}
+
 // A register tile whose loops cannot hold it is not applied, so that choice is the unblocked
 // schedule again; the beam and the top k must not spend places on such copies. A product of
 // computed operands (one Func, so every ranked schedule differs only in its choice), 6 rows:

@@ -47,6 +47,23 @@ std::string cpp_func_name(const std::string &func_name) {
 
 namespace {
 
+// Names a printed Func or Var may not take: the apply function's own and C++'s keywords (a Func
+// may be called `new` or `int` in Halide).
+std::set<std::string> reserved_names() {
+  return {"pipeline", "target", "Func", "MemoryType", "RVar", "TailStrategy", "Var",
+          "alignas", "alignof", "and", "and_eq", "asm", "auto", "bitand", "bitor", "bool", "break",
+          "case", "catch", "char", "char8_t", "char16_t", "char32_t", "class", "compl", "concept",
+          "const", "consteval", "constexpr", "constinit", "const_cast", "continue", "co_await",
+          "co_return", "co_yield", "decltype", "default", "delete", "do", "double", "dynamic_cast",
+          "else", "enum", "explicit", "export", "extern", "false", "float", "for", "friend", "goto",
+          "if", "inline", "int", "long", "mutable", "namespace", "new", "noexcept", "not", "not_eq",
+          "nullptr", "operator", "or", "or_eq", "private", "protected", "public", "register",
+          "reinterpret_cast", "requires", "return", "short", "signed", "sizeof", "static",
+          "static_assert", "static_cast", "struct", "switch", "template", "this", "thread_local",
+          "throw", "true", "try", "typedef", "typeid", "typename", "union", "unsigned", "using",
+          "virtual", "void", "volatile", "wchar_t", "while", "xor", "xor_eq"};
+}
+
 std::string factor_text(double f) { return std::to_string(static_cast<long long>(f)); }
 
 // A pure definition's split shifts its last tile inwards where shifts_inwards allows (Halide's
@@ -250,7 +267,7 @@ private:
   Func func_;
   std::optional<Stage> fixed_;
   std::string name_, fixed_name_;
-  std::set<std::string> names_{"pipeline", "target", "Func", "MemoryType", "RVar", "TailStrategy", "Var"};
+  std::set<std::string> names_ = reserved_names();
   std::map<std::string, std::string> var_names_;
   std::map<std::string, std::string> site_names_;
 };
