@@ -54,6 +54,11 @@ def parse_args():
                         "DIR/<app>.weights (repeatable; needs --scheduler Hkfac=...): two weight "
                         "sets side by side in one interleaved run; PLUGIN.so, another build of "
                         "the Hkfac plugin, for weights of another feature version")
+    p.add_argument("--replay", action="append", default=[], metavar="LABEL=APP:HEADER",
+                   help="a column 'replay LABEL' that applies HEADER, a schedule header as "
+                        "the generator writes it (-e schedule), to APP (repeatable; one label "
+                        "may name several apps, the others show —): an edited copy of a "
+                        "schedule timed beside the schedulers' own")
     p.add_argument("--hkfac-beam", type=int,
                    help="HL_BEAM_SIZE for Hkfac alone (the others keep the environment's)")
     p.add_argument("--machine-params", default="2,16777216,40",
@@ -150,6 +155,8 @@ class Variant:
         self.failure = None  # (stage, message)
         self.verified = None
         self.times_ms = []  # RunGen best time per round
+        self.replay_header = None  # a --replay column: the schedule header applied to this app
+        self.absent = False  # a --replay column without a header for this app: not built
 
     def fail(self, stage, message):
         self.failure = (stage, message)
@@ -173,11 +180,38 @@ def generator_command(cfg, v, args, target, out_dir):
     return cmd
 
 
+def build_replay_plugin(cfg, v, args, out_dir):
+    """Compiles the Replay autoscheduler (replay_autoscheduler.cpp) around v.replay_header."""
+    with open(v.replay_header) as f:
+        m = re.search(r"inline\s+void\s+(\w+)\s*\(", f.read())
+    if not m:
+        v.fail("replay", f"{v.replay_header} defines no inline void apply function "
+                         "(expected a header written by the generator's -e schedule)")
+        return
+    source = os.path.join(os.path.dirname(os.path.abspath(__file__)), "replay_autoscheduler.cpp")
+    plugin = os.path.join(out_dir, "libreplay.so")
+    cmd = [cfg["cxx"], "-O1", "-std=c++17", "-shared", "-fPIC"]
+    cmd += [f"-I{d}" for d in cfg["include_dirs"]]
+    cmd += [f'-DHKFAC_REPLAY_HEADER="{v.replay_header}"', f"-DHKFAC_REPLAY_APPLY={m.group(1)}",
+            source, "-o", plugin]
+    rc, _, out = run(cmd, args.timeout)
+    if rc != 0:
+        v.fail("replay", last_error_line(out))
+        return
+    v.plugin = plugin
+
+
 def build_variant(cfg, v, args, target, work):
     """Builds the variant (timing its autoscheduling) and links its RunGen binary."""
+    if v.absent:
+        return
     out_dir = os.path.join(work, v.app, v.dir)
     shutil.rmtree(out_dir, ignore_errors=True)
     os.makedirs(out_dir)
+    if v.replay_header:
+        build_replay_plugin(cfg, v, args, out_dir)
+        if v.failure:
+            return
     env = dict(os.environ, HKFAC_TIMED_SCHEDULER=v.registered)
     if v.weights_dir:
         # Each app scheduled with the weights trained without it (weights/README.md).
@@ -469,10 +503,21 @@ def main():
         weight_variants[f"Hkfac {label}"] = (os.path.abspath(wdir),
                                              os.path.abspath(plugin) if plugin else plugins["Hkfac"])
         schedulers.append(f"Hkfac {label}")
+    replays = {}  # column -> {app: schedule header}
+    for spec in args.replay:
+        label, _, rest = spec.partition("=")
+        app, _, header = rest.partition(":")
+        if not label or not app or not os.path.isfile(header):
+            sys.exit(f"--replay {spec}: expected LABEL=APP:HEADER with an existing header")
+        column = f"replay {label}"
+        if column not in replays:
+            replays[column] = {}
+            schedulers.append(column)
+        replays[column][app] = os.path.abspath(header)
     if args.verify_only:
-        if not extra:
-            sys.exit("--verify-only needs at least one --scheduler")
-        schedulers = extra
+        if not extra and not replays:
+            sys.exit("--verify-only needs at least one --scheduler or --replay")
+        schedulers = extra + list(replays)
     apps = args.apps.split(",") if args.apps else list(cfg["generators"])
     if args.apps == "none":
         apps = []
@@ -498,7 +543,8 @@ def main():
         log("verify-only: no OpenCL platform here (libOpenCL.so.1 and an ICD such as "
             "pocl-opencl-icd); nothing run")
         sys.exit(77)
-    unknown = [a for a in apps if a not in cfg["generators"]]
+    unknown = [a for a in apps if a not in cfg["generators"]] + [
+        f"{a} (--replay)" for headers in replays.values() for a in headers if a not in apps]
     if unknown:
         sys.exit(f"unknown apps: {', '.join(unknown)}")
     work = os.path.abspath(args.work_dir or os.path.join(args.build_dir, "bench_schedules"))
@@ -517,11 +563,19 @@ def main():
     results = {}
     for app in apps:
         log(f"{app}: building {len(schedulers) + 1} variants")
-        variants = [Variant(app, "reference", None)] + [
-            Variant(app, s, weight_variants[s][1], "Hkfac", weight_variants[s][0])
-            if s in weight_variants else
-            Variant(app, s, plugins[s], weights_dir=args.holdout_weights if s == "Hkfac" else None)
-            for s in schedulers]
+        variants = [Variant(app, "reference", None)]
+        for s in schedulers:
+            if s in weight_variants:
+                variants.append(Variant(app, s, weight_variants[s][1], "Hkfac",
+                                        weight_variants[s][0]))
+            elif s in replays:
+                v = Variant(app, s, None, "Replay")
+                v.replay_header = replays[s].get(app)
+                v.absent = v.replay_header is None
+                variants.append(v)
+            else:
+                variants.append(Variant(app, s, plugins[s], weights_dir=args.holdout_weights
+                                        if s == "Hkfac" else None))
         for v in variants:
             build_variant(cfg, v, args, target, work)
             if v.generate_s is not None:
@@ -548,9 +602,11 @@ def main():
     if args.verify_only:
         # Without a device to run on (CUDA here), a variant passes by building (and ptxas).
         bad = [f"{v.name}: {v.failure or v.verified}" for vs in results.values() for v in vs
-               if v.failure or (can_run and v.scheduler != "reference" and v.verified != "agree")]
+               if v.failure or (can_run and v.scheduler != "reference" and not v.absent and
+                                v.verified != "agree")]
         agreed = sum(1 for vs in results.values() for v in vs[1:]
-                     if (v.verified == "agree" if can_run else v.rungen and not v.failure))
+                     if not v.absent and
+                     (v.verified == "agree" if can_run else v.rungen and not v.failure))
         what = "agree with the reference" if can_run else "built" + (
             " and passed ptxas" if args.ptxas else "")
         log(f"verify-only: {agreed} variants {what}, {len(bad)} did not")
