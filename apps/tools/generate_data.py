@@ -109,6 +109,34 @@ def search_env(args, pipeline, k):
     return env
 
 
+_DIGESTS = {}
+
+
+def file_sha256(path):
+    """SHA-256 of a file, recomputed when the file changes (a plugin rebuilt mid-round)."""
+    st = os.stat(path)
+    key = (os.path.abspath(path), st.st_mtime_ns, st.st_size)
+    if key not in _DIGESTS:
+        h = hashlib.sha256()
+        with open(path, "rb") as f:
+            for block in iter(lambda: f.read(1 << 20), b""):
+                h.update(block)
+        _DIGESTS[key] = h.hexdigest()
+    return _DIGESTS[key]
+
+
+def provenance(args, env):
+    """search.txt's third line: the plugin and weights files that made the schedule, by content,
+    so a round whose plugin changed part way says which build made which schedule."""
+    fields = []
+    if args.plugin and os.path.isfile(args.plugin):
+        fields.append(f"plugin_sha256={file_sha256(args.plugin)}")
+    weights = env.get("HL_WEIGHTS_DIR")
+    if weights and os.path.isfile(weights):
+        fields.append(f"weights_sha256={file_sha256(weights)}")
+    return " ".join(fields)
+
+
 def compile_schedule(args, target, rungen_objs, pipeline, k, d):
     """Runs the generator and links the RunGen benchmark; returns compile seconds or None.
 
@@ -133,6 +161,7 @@ def compile_schedule(args, target, rungen_objs, pipeline, k, d):
         f.write(" ".join(f"{v}={env[v]}" for v in ("HL_SEED", "HL_BEAM_SIZE", "HL_RANDOM_DROPOUT",
                                                      "HKFAC_PLACEMENTS") if v in env) + "\n")
         f.write(" ".join(cmd) + "\n")
+        f.write(provenance(args, env) + "\n")
     start = time.monotonic()
     try:
         proc = subprocess.run(cmd, env=env, capture_output=True, text=True,

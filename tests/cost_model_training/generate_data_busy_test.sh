@@ -45,6 +45,9 @@ test "$(stat -c %s "$sample")" -eq $(( $(stat -c %s "${sample%.sample}.featuriza
   { echo "$sample incomplete"; exit 1; }
 grep -Eq "^host load beside the benchmark: [0-9]+\.[0-9]{2} cores" "$(dirname "$sample")/bench.txt" ||
   { cat "$(dirname "$sample")/bench.txt"; exit 1; }
+# The search says which plugin build made it, by content.
+grep -q "^plugin_sha256=$(sha256sum "$build/autoscheduler_plugin/libautoschedule_hkfac.so" | cut -d' ' -f1)\$" \
+  "$(dirname "$sample")/search.txt" || { cat "$(dirname "$sample")/search.txt"; exit 1; }
 # The timing says which allocator it had (the second run kept freed memory).
 grep -q "^allocator: freed memory kept (MALLOC_MMAP_THRESHOLD_=268435456, MALLOC_TRIM_THRESHOLD_=536870912)" \
   "$(dirname "$sample")/bench.txt" || { cat "$(dirname "$sample")/bench.txt"; exit 1; }
