@@ -42,6 +42,8 @@ ABSL_FLAG(std::string, predictions_file, "",
 ABSL_FLAG(std::string, samples, "", "File listing .sample paths, one per line (default: stdin)");
 ABSL_FLAG(int, schedule_features, 39, "Schedule features per stage: 39 (CPU) or 73 (GPU)");
 ABSL_FLAG(int, batch_size, 128, "Most schedules of one pipeline per step");
+ABSL_FLAG(int, schedules_per_visit, 0,
+          "0: each pipeline one step per epoch; k: ceil(n / k) steps for n training schedules");
 ABSL_FLAG(int, seed, 0, "Seed for random weights, batch order and subsets");
 ABSL_FLAG(double, max_seconds, 0, "Stop a run after this much training time (0: no limit)");
 ABSL_FLAG(double, penalty_weight, 1e-4,
@@ -205,6 +207,8 @@ cm::TrainOptions train_options() {
   o.optimizer = cm::parse_optimizer(absl::GetFlag(FLAGS_optimizer));
   o.epochs = checked_flag("epochs", absl::GetFlag(FLAGS_epochs), 0);
   o.batch_size = checked_flag("batch_size", absl::GetFlag(FLAGS_batch_size), 2);
+  o.schedules_per_visit =
+      checked_flag("schedules_per_visit", absl::GetFlag(FLAGS_schedules_per_visit), 0);
   o.seed = static_cast<unsigned>(absl::GetFlag(FLAGS_seed));
   o.num_cores = hkfac::tools::num_cores_flag(absl::GetFlag(FLAGS_num_cores));
   o.max_seconds = positive_or_zero("max_seconds", absl::GetFlag(FLAGS_max_seconds));

@@ -380,6 +380,42 @@ TEST(CostModelTraining, KfacCurvaturePeriodTrainsAndIsValidated) {
   }
 }
 
+// --schedules_per_visit: a pipeline of n training schedules is ceil(n / k) steps of an epoch
+// (counted here from the data, 9 and 2 schedules at k = 4: 3 + 1 steps; one each without), the
+// option reaches the optimizer, and a negative k is refused by name.
+TEST(CostModelTraining, SchedulesPerVisitWeighsPipelinesByTheirSchedules) {
+  TrainingData data = synthetic_data(2, 12, 11, Split{Split::Kind::none, ""});
+  ASSERT_EQ(data.pipelines.size(), 2u);
+  data.pipelines[0].train.resize(9);
+  data.pipelines[1].train.resize(2);
+  auto run = [&](int k) {
+    TrainOptions o;
+    o.epochs = 2;
+    o.num_cores = 2;
+    o.schedules_per_visit = k;
+    std::vector<EpochRecord> r;
+    train(data, random_weights(S, 77), o, [&](const EpochRecord &e) { r.push_back(e); });
+    return r;
+  };
+  const std::vector<EpochRecord> plain = run(0), weighed = run(4);
+  ASSERT_EQ(plain.size(), 3u);
+  ASSERT_EQ(weighed.size(), 3u);
+  int expected = 0;
+  for (const PipelineData &p : data.pipelines)
+    expected += (static_cast<int>(p.train.size()) + 3) / 4;
+  EXPECT_EQ(expected, 4);
+  EXPECT_EQ(plain[1].steps, 2);
+  EXPECT_EQ(weighed[1].steps, expected);
+  EXPECT_EQ(weighed[2].steps, 2 * expected);
+  EXPECT_NE(weighed.back().train.loss, plain.back().train.loss);
+  try {
+    run(-1);
+    ADD_FAILURE() << "a negative schedules_per_visit was accepted";
+  } catch (const hkfac::Error &e) {
+    EXPECT_NE(std::string(e.what()).find("--schedules_per_visit"), std::string::npos) << e.what();
+  }
+}
+
 // --kfac_final_rate: the half cosine starts at the rate, ends at the final rate, passes their
 // mean halfway and falls monotonically; it reaches the optimizer (a final rate equal to the rate
 // is the constant run to every bit, a lower one another run); bad values are refused by name.

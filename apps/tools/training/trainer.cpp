@@ -23,15 +23,20 @@ double seconds_since(Clock::time_point t) {
   return std::chrono::duration<double>(Clock::now() - t).count();
 }
 
-// Pipelines in a fresh random order every epoch; each step takes one pipeline's training
-// schedules (a random subset when there are more than batch_size).
+// Pipelines in a fresh random order every epoch, each once or, with schedules_per_visit, once
+// per that many of its schedules; each step takes one pipeline's training schedules (a random
+// subset when there are more than batch_size).
 class BatchStream {
 public:
-  BatchStream(const TrainingData &data, int batch_size, unsigned seed)
+  BatchStream(const TrainingData &data, int batch_size, int schedules_per_visit, unsigned seed)
       : data_(data), batch_size_(batch_size), rng_(seed) {
     for (size_t i = 0; i < data.pipelines.size(); ++i) {
-      if (data.pipelines[i].train.size() >= 2) // one schedule has nothing to compare with
-        usable_.push_back(static_cast<int>(i));
+      const int n = static_cast<int>(data.pipelines[i].train.size());
+      if (n < 2) // one schedule has nothing to compare with
+        continue;
+      const int visits =
+          schedules_per_visit > 0 ? (n + schedules_per_visit - 1) / schedules_per_visit : 1;
+      usable_.insert(usable_.end(), visits, static_cast<int>(i));
     }
     if (usable_.empty())
       throw Error("training: no pipeline has two or more training schedules");
@@ -171,6 +176,8 @@ Weights train(const TrainingData &data, const Weights &initial, const TrainOptio
     throw Error("--epochs must be >= 0, got " + std::to_string(o.epochs));
   if (o.batch_size < 2)
     throw Error("--batch_size must be >= 2, got " + std::to_string(o.batch_size));
+  if (o.schedules_per_visit < 0)
+    throw Error("--schedules_per_visit must be >= 0, got " + std::to_string(o.schedules_per_visit));
   if (o.kfac_inverse_period < 1)
     throw Error("--kfac_inverse_period must be >= 1, got " + std::to_string(o.kfac_inverse_period));
   if (o.kfac_final_rate) {
@@ -190,7 +197,7 @@ Weights train(const TrainingData &data, const Weights &initial, const TrainOptio
                 " schedule features, the samples " + std::to_string(data.schedule_features));
   }
   kfac::Params params = params_from_weights(initial);
-  BatchStream stream(data, o.batch_size, o.seed);
+  BatchStream stream(data, o.batch_size, o.schedules_per_visit, o.seed);
 
   EpochRecord record;
   auto report = [&](const kfac::Params &p) {

@@ -21,6 +21,10 @@ struct TrainOptions {
   double rate = 1e-4; // Adam's learning rate
 
   int batch_size = 128; // most schedules of one pipeline per step (a random subset)
+  // 0: every pipeline is one step per epoch, whatever its size. k > 0: a pipeline of n training
+  // schedules is ceil(n / k) steps per epoch, so pipelines weigh by their schedules; a few apps
+  // searched over many rounds are otherwise outvoted by thousands of random pipelines of 8.
+  int schedules_per_visit = 0;
   unsigned seed = 0;
   int num_cores = 2;            // the machine the samples were benchmarked on
   double penalty_weight = 1e-4; // Adam: on the mean squared negative conv1 pre-activation
