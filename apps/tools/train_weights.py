@@ -76,12 +76,16 @@ def train_seed(args, name, validation, sample_list, seed):
     return rows[0], rows[-1], secs, seed
 
 
-def train(args, pool, name, validation, sample_list, out_dir=None):
-    """Trains `name` from every seed, keeps the lowest final training loss as name.weights in
-    out_dir (default --out), with its CSV and log as name.csv, name.log in the log directory;
-    returns (first, last, seconds, seed, losses)."""
-    runs = {r[3]: r for r in pool.map(lambda s: train_seed(args, name, validation, sample_list, s),
-                                      args.seed_list)}
+def submit(args, pool, name, validation, sample_list):
+    """Queues every seed of file `name`; --jobs runs the queue's runs, of all files, side by side."""
+    return [pool.submit(train_seed, args, name, validation, sample_list, s) for s in args.seed_list]
+
+
+def finish(args, name, futures, out_dir=None):
+    """Waits for `name`'s seeds, keeps the lowest final training loss as name.weights in out_dir
+    (default --out), with its CSV and log as name.csv, name.log in the log directory; returns
+    (first, last, seconds, seed, losses)."""
+    runs = {r[3]: r for r in (f.result() for f in futures)}
     losses = {s: float(r[1]["train_loss"]) if r[1] is not None else None for s, r in runs.items()}
     finite = [s for s, l in losses.items() if l is not None and math.isfinite(l)]
     if not finite:
@@ -108,7 +112,8 @@ def main():
     p.add_argument("--seeds", type=int, default=1,
                    help="random starts per file (seeds SEED..SEED+K-1); the lowest final "
                         "training loss is kept")
-    p.add_argument("--jobs", type=int, default=1, help="training runs at a time")
+    p.add_argument("--jobs", type=int, default=1,
+                   help="training runs at a time, of every file and seed")
     p.add_argument("--pipelines-split", dest="pipelines_split", action="store_true",
                    help="also train pipelines_split.weights (into --log-dir) holding out a fixed "
                         "fifth of the pipelines: ordering accuracy on pipelines never seen")
@@ -187,13 +192,19 @@ def main():
                      f"{seed} ({each}) | {acc} | {loss} | {float(last['train_accuracy']):.3f} |")
         print(lines[-1], flush=True)
 
+    # (file, held out, --validation, where the file goes)
+    files = [("baseline", "-", "none", None)] + [(app, app, f"app:{app}", None) for app in apps]
+    if args.pipelines_split:
+        files.append(("pipelines_split", "a fifth of the pipelines", "pipelines", args.out_log))
     with concurrent.futures.ThreadPoolExecutor(max_workers=args.jobs) as pool:
-        row("baseline", "-", *train(args, pool, "baseline", "none", sample_list))
-        for app in apps:
-            row(app, app, *train(args, pool, app, f"app:{app}", sample_list))
-        if args.pipelines_split:
-            row("pipelines_split", "a fifth of the pipelines",
-                *train(args, pool, "pipelines_split", "pipelines", sample_list, args.out_log))
+        queued = [(name, held, out_dir, submit(args, pool, name, validation, sample_list))
+                  for name, held, validation, out_dir in files]
+        try:
+            for name, held, out_dir, futures in queued:
+                row(name, held, *finish(args, name, futures, out_dir))
+        except SystemExit:
+            pool.shutdown(wait=True, cancel_futures=True)  # the runs not yet started
+            raise
     with open(os.path.join(args.out_log, "records.md"), "w") as f:
         f.write("\n".join(lines) + "\n")
     print(f"\nrecords: {os.path.join(args.out_log, 'records.md')}")
