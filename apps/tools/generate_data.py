@@ -174,6 +174,15 @@ def compile_schedule(args, target, rungen_objs, pipeline, k, d):
     if proc.returncode != 0:
         mark_failed(d, f"generator exited with {proc.returncode}", proc.stderr)
         return None
+    if not link_benchmark(args, rungen_objs, d, fname):
+        return None
+    return time.monotonic() - start
+
+
+def link_benchmark(args, rungen_objs, d, fname):
+    """Links d/bench from the generator's d/fname.a and registration; False (marked FAILED) when
+    that fails."""
+    bench = os.path.join(d, "bench")
     link = [args.cxx, "-std=c++17", "-I", HALIDE_INCLUDE,
             os.path.join(d, fname + ".registration.cpp"), rungen_objs[0],
             os.path.join(d, fname + ".a"), rungen_objs[1], "-o", bench + ".tmp", "-ldl",
@@ -182,14 +191,14 @@ def compile_schedule(args, target, rungen_objs, pipeline, k, d):
         proc = subprocess.run(link, capture_output=True, text=True, timeout=args.compile_timeout)
     except subprocess.TimeoutExpired:
         mark_failed(d, "linking the benchmark timed out")
-        return None
+        return False
     if proc.returncode != 0:
         mark_failed(d, "linking the benchmark failed", proc.stderr)
-        return None
+        return False
     os.replace(bench + ".tmp", bench)
     # The library is inside the benchmark now; it is the bulk of a schedule's disk use.
     os.remove(os.path.join(d, fname + ".a"))
-    return time.monotonic() - start
+    return True
 
 
 BENCH_RE = re.compile(r"best case of ([0-9.eE+-]+) sec/iter")

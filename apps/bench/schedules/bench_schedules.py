@@ -189,11 +189,14 @@ def build_replay_plugin(cfg, v, args, out_dir):
                          "(expected a header written by the generator's -e schedule)")
         return
     source = os.path.join(os.path.dirname(os.path.abspath(__file__)), "replay_autoscheduler.cpp")
+    table = os.path.join(out_dir, "replay_table.h")
+    with open(table, "w") as f:
+        f.write(f'#include "{v.replay_header}"\n'
+                f'#define HKFAC_REPLAY_ENTRIES {{"{m.group(1)}", {m.group(1)}}}\n')
     plugin = os.path.join(out_dir, "libreplay.so")
     cmd = [cfg["cxx"], "-O1", "-std=c++17", "-shared", "-fPIC"]
     cmd += [f"-I{d}" for d in cfg["include_dirs"]]
-    cmd += [f'-DHKFAC_REPLAY_HEADER="{v.replay_header}"', f"-DHKFAC_REPLAY_APPLY={m.group(1)}",
-            source, "-o", plugin]
+    cmd += [f'-DHKFAC_REPLAY_TABLE="{table}"', source, "-o", plugin]
     rc, _, out = run(cmd, args.timeout)
     if rc != 0:
         v.fail("replay", last_error_line(out))
