@@ -53,14 +53,12 @@ class Schedule:
         m = APPLY.search(text)
         self.apply = m.group(1) if m else None
         self.sample = os.path.join(out, self.name + ".sample")
-        # The header the plugin includes: the archived one, or a copy with its Funcs named apart.
+        # The header the plugin includes: the archived one, or a copy with its Funcs named apart
+        # (written when the plugin is built).
         fixed = unique_func_names(text)
-        self.renamed = fixed != text
+        self.renamed = fixed if fixed != text else None
         if self.renamed:
-            os.makedirs(out, exist_ok=True)
             self.header = os.path.join(out, self.name + ".replayed.schedule.h")
-            with open(self.header, "w") as f:
-                f.write(fixed)
 
 
 FUNC_DECL = re.compile(r"^(\s*)Func (\w+) = pipeline\.get_func\((\d+)\);$")
@@ -112,6 +110,11 @@ def build_plugin(args, schedules, work):
     """The Replay plugin holding every schedule's header; headers the compiler refuses are
     marked FAILED and left out (returns the plugin path, or None when none compiles)."""
     os.makedirs(work, exist_ok=True)
+    for s in schedules:
+        if s.renamed:
+            os.makedirs(s.dir, exist_ok=True)
+            with open(s.header, "w") as f:
+                f.write(s.renamed)
     table = os.path.join(work, "replay_table.h")
     plugin = os.path.join(work, "libreplay.so")
     while True:
