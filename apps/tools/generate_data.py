@@ -421,6 +421,29 @@ def pipelines_from(args):
     return result
 
 
+def add_benchmark_args(p):
+    """The flags that compile_schedule, link_benchmark and benchmark read; retime_samples.py
+    declares them here too, so that a retiming is asked for exactly as a first timing is."""
+    p.add_argument("--threads", type=int, default=os.cpu_count() or 1,
+                   help="HL_NUM_THREADS while benchmarking")
+    p.add_argument("--compile-timeout", type=float, default=600)
+    p.add_argument("--bench-timeout", type=float, default=60)
+    p.add_argument("--bench-min-time", type=float, default=0.1)
+    p.add_argument("--retain-freed-memory", dest="retain_freed_memory", action="store_true",
+                   help="time with glibc's mmap and trim thresholds raised as "
+                        "hkfac::retain_freed_memory raises them, so that a schedule's per-task "
+                        "buffers are not unmapped and faulted in again between tasks (bench.txt "
+                        "records which allocator a timing had)")
+    p.add_argument("--max-foreign-load", dest="max_foreign_load", type=float, default=0.25,
+                   help="most cores of other work on the host beside a benchmark for its timing "
+                        "to count (busier tries are retried, then left for a later run; inf: "
+                        "no check)")
+    p.add_argument("--busy-retries", dest="busy_retries", type=int, default=3,
+                   help="tries after the first when the host is busy")
+    p.add_argument("--busy-wait", dest="busy_wait", type=float, default=20,
+                   help="seconds to wait before each retry on a busy host")
+
+
 def main():
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--out", required=True, help="output directory (resumable)")
@@ -452,24 +475,7 @@ def main():
     p.add_argument("--target", help="Halide target (default: host without AVX512-FP16)")
     p.add_argument("--machine-params", default="2,16777216,40")
     p.add_argument("--jobs", type=int, default=os.cpu_count() or 1, help="parallel compiles")
-    p.add_argument("--threads", type=int, default=os.cpu_count() or 1,
-                   help="HL_NUM_THREADS while benchmarking")
-    p.add_argument("--compile-timeout", type=float, default=600)
-    p.add_argument("--bench-timeout", type=float, default=60)
-    p.add_argument("--bench-min-time", type=float, default=0.1)
-    p.add_argument("--retain-freed-memory", dest="retain_freed_memory", action="store_true",
-                   help="time with glibc's mmap and trim thresholds raised as "
-                        "hkfac::retain_freed_memory raises them, so that a schedule's per-task "
-                        "buffers are not unmapped and faulted in again between tasks (bench.txt "
-                        "records which allocator a timing had)")
-    p.add_argument("--max-foreign-load", dest="max_foreign_load", type=float, default=0.25,
-                   help="most cores of other work on the host beside a benchmark for its timing "
-                        "to count (busier tries are retried, then left for a later run; inf: "
-                        "no check)")
-    p.add_argument("--busy-retries", dest="busy_retries", type=int, default=3,
-                   help="tries after the first when the host is busy")
-    p.add_argument("--busy-wait", dest="busy_wait", type=float, default=20,
-                   help="seconds to wait before each retry on a busy host")
+    add_benchmark_args(p)
     p.add_argument("--retry-failed", action="store_true")
     p.add_argument("--compile-only", action="store_true",
                    help="search and compile, time nothing: each new schedule's directory keeps "

@@ -33,8 +33,9 @@ import generate_data as gd
 import refeaturize
 
 HERE = os.path.dirname(os.path.abspath(__file__))
-REPLAY_SOURCE = os.path.join(HERE, "..", "bench", "schedules", "replay_autoscheduler.cpp")
-APPLY = re.compile(r"inline\s+void\s+(\w+)\s*\(")
+# The Replay plugin's builder lives with its source, beside the bench bed that also uses it.
+sys.path.insert(0, os.path.join(HERE, "..", "bench", "schedules"))
+import replay_plugin  # noqa: E402
 
 
 class Schedule:
@@ -50,8 +51,7 @@ class Schedule:
             self.pipeline_id, self.schedule_id = struct.unpack("<ii", f.read(8))
         with open(self.header) as f:
             text = f.read()
-        m = APPLY.search(text)
-        self.apply = m.group(1) if m else None
+        self.apply = replay_plugin.apply_function(text)
         self.sample = os.path.join(out, self.name + ".sample")
         # The header the plugin includes: the archived one, or a copy with its Funcs named apart
         # (written when the plugin is built).
@@ -115,27 +115,21 @@ def build_plugin(args, schedules, work):
             os.makedirs(s.dir, exist_ok=True)
             with open(s.header, "w") as f:
                 f.write(s.renamed)
-    table = os.path.join(work, "replay_table.h")
-    plugin = os.path.join(work, "libreplay.so")
     while True:
-        with open(table, "w") as f:
-            for s in schedules:
-                f.write(f'#include "{s.header}"\n')
-            f.write("#define HKFAC_REPLAY_ENTRIES " +
-                    ", ".join(f'{{"{s.apply}", {s.apply}}}' for s in schedules) + "\n")
-        cmd = [args.cxx, "-O1", "-std=c++17", "-shared", "-fPIC", "-I", gd.HALIDE_INCLUDE,
-               f'-DHKFAC_REPLAY_TABLE="{table}"', REPLAY_SOURCE, "-o", plugin]
-        proc = subprocess.run(cmd, capture_output=True, text=True, timeout=args.compile_timeout)
-        if proc.returncode == 0:
-            return plugin
-        bad = [s for s in schedules if f"{s.header}:" in proc.stderr]
+        built = replay_plugin.build(args.cxx, [gd.HALIDE_INCLUDE],
+                                    [(s.header, s.apply) for s in schedules], work,
+                                    args.compile_timeout)
+        if built.returncode == 0:
+            return built.plugin
+        bad = [s for s in schedules if f"{s.header}:" in built.output]
         if not bad:
             raise RuntimeError(f"the Replay plugin of {work} does not compile:\n"
-                               f"{gd.tail(proc.stderr)}")
+                               f"{gd.tail(built.output)}")
         for s in bad:
             os.makedirs(s.dir, exist_ok=True)
             gd.mark_failed(s.dir, "the archived schedule header does not compile here",
-                           "\n".join(line for line in proc.stderr.splitlines() if s.header in line))
+                           "\n".join(line for line in built.output.splitlines()
+                                     if s.header in line))
         schedules[:] = [s for s in schedules if s not in bad]
         if not schedules:
             return None
@@ -178,16 +172,7 @@ def main():
     p.add_argument("--pipelines", help="comma-separated pipeline names (default: all)")
     p.add_argument("--apps-only", action="store_true", help="skip random pipelines")
     p.add_argument("--jobs", type=int, default=os.cpu_count() or 1, help="parallel compiles")
-    p.add_argument("--threads", type=int, default=os.cpu_count() or 1,
-                   help="HL_NUM_THREADS while benchmarking")
-    p.add_argument("--compile-timeout", type=float, default=600)
-    p.add_argument("--bench-timeout", type=float, default=60)
-    p.add_argument("--bench-min-time", type=float, default=0.1)
-    p.add_argument("--retain-freed-memory", dest="retain_freed_memory", action="store_true",
-                   help="time with freed memory kept, as generate_data.py --retain-freed-memory")
-    p.add_argument("--max-foreign-load", dest="max_foreign_load", type=float, default=0.25)
-    p.add_argument("--busy-retries", dest="busy_retries", type=int, default=3)
-    p.add_argument("--busy-wait", dest="busy_wait", type=float, default=20)
+    gd.add_benchmark_args(p)
     p.add_argument("--retry-failed", action="store_true")
     p.add_argument("--keep-bench", action="store_true")
     p.add_argument("--cxx", default=shutil.which("c++") or "c++")

@@ -27,6 +27,8 @@ import sys
 import time
 import ctypes
 
+import replay_plugin  # beside this file, so on sys.path when it runs as a script
+
 # Integer outputs computed through float stages may differ by one where float rounding crosses a
 # .5 boundary (local_laplacian: float pyramids, uint16 output); all others must match exactly.
 INTEGER_TOLERANCE = {"local_laplacian": 1}
@@ -183,25 +185,22 @@ def generator_command(cfg, v, args, target, out_dir):
 def build_replay_plugin(cfg, v, args, out_dir):
     """Compiles the Replay autoscheduler (replay_autoscheduler.cpp) around v.replay_header."""
     with open(v.replay_header) as f:
-        m = re.search(r"inline\s+void\s+(\w+)\s*\(", f.read())
-    if not m:
+        apply = replay_plugin.apply_function(f.read())
+    if not apply:
         v.fail("replay", f"{v.replay_header} defines no inline void apply function "
                          "(expected a header written by the generator's -e schedule)")
         return
-    source = os.path.join(os.path.dirname(os.path.abspath(__file__)), "replay_autoscheduler.cpp")
-    table = os.path.join(out_dir, "replay_table.h")
-    with open(table, "w") as f:
-        f.write(f'#include "{v.replay_header}"\n'
-                f'#define HKFAC_REPLAY_ENTRIES {{"{m.group(1)}", {m.group(1)}}}\n')
-    plugin = os.path.join(out_dir, "libreplay.so")
-    cmd = [cfg["cxx"], "-O1", "-std=c++17", "-shared", "-fPIC"]
-    cmd += [f"-I{d}" for d in cfg["include_dirs"]]
-    cmd += [f'-DHKFAC_REPLAY_TABLE="{table}"', source, "-o", plugin]
-    rc, _, out = run(cmd, args.timeout)
-    if rc != 0:
-        v.fail("replay", last_error_line(out))
+    try:
+        built = replay_plugin.build(cfg["cxx"], cfg["include_dirs"], [(v.replay_header, apply)],
+                                    out_dir, args.timeout)
+    except subprocess.TimeoutExpired:
+        # The message run() gives a timed-out tool.
+        v.fail("replay", f"(timed out after {args.timeout:.0f} s)")
         return
-    v.plugin = plugin
+    if built.returncode != 0:
+        v.fail("replay", last_error_line(built.output))
+        return
+    v.plugin = built.plugin
 
 
 def build_variant(cfg, v, args, target, work):
