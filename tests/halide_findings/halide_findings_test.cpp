@@ -3,6 +3,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <csignal>
 
 #include "Halide.h"
 
@@ -122,6 +123,42 @@ TEST(HalideFindings, RegisterTileWithTailsAlongBothDimensionsOfAConstantRegion) 
       EXPECT_GT(wrong[1], 0) << "Halide no longer miscompiles this register tile: remove this "
                                 "finding and the guard in blocks_columns (update_nest.cpp)";
   }
+}
+
+// A downsample: g(x) = f(2x) + f(2x + tap), f computed per tile of g (`tile` points, ShiftInwards,
+// so a constant region), both vectorized by 16 lanes of uint8. Returns how many points differ from
+// the sums by brute force.
+int downsample_in_tiles_wrong(int tile, int tap) {
+  Buffer<uint8_t> in(4096);
+  in.for_each_element([&](int x) { in(x) = static_cast<uint8_t>(x * 7); });
+  Var x("x"), xo("xo"), xi("xi");
+  Func f("f"), g("g");
+  f(x) = in(x) + 1;
+  g(x) = f(2 * x) + f(2 * x + tap);
+  g.split(x, xo, xi, tile, TailStrategy::ShiftInwards)
+      .vectorize(xi, 16, TailStrategy::ShiftInwards);
+  f.compute_at(g, xo).vectorize(x, 16);
+  const Buffer<uint8_t> out = g.realize({1024}, Target("x86-64-linux-avx-avx2-f16c-fma-sse41"));
+  int wrong = 0;
+  out.for_each_element([&](int i) {
+    wrong += out(i) != static_cast<uint8_t>(in(2 * i) + 1 + in(2 * i + tap) + 1);
+  });
+  return wrong;
+}
+
+// With a tile of 520 (not a multiple of 16), the last vector of each tile is shifted in to a
+// constant index, and g reads f[ramp(1011, 2, 16)]. Halide 14 loads that as the dense vector from
+// 1010 and claims it 32-byte aligned (CodeGen_LLVM's strided load: the remainder of an exactly
+// known index, modulo 0, becomes 0), so the aligned load faults at an address 2 bytes off the
+// allocation's alignment. An odd tap of 1 (shifted base 1008) or a tile of 512 (no shifted
+// vector) is right. The Hkfac plugin keeps constant splits (fixed_dims.cpp) off outputs whose
+// tiles hold such a read; random seed 1437 crashed this way.
+TEST(HalideFindings, StridedLoadAtAConstantOddIndexIsLoadedAligned) {
+  EXPECT_EQ(downsample_in_tiles_wrong(520, 1), 0);
+  EXPECT_EQ(downsample_in_tiles_wrong(512, 3), 0);
+  EXPECT_EXIT(downsample_in_tiles_wrong(520, 3), testing::KilledBySignal(SIGSEGV), "")
+      << "Halide no longer loads this aligned: remove this finding and strided_reads_inside "
+         "(fixed_dims.cpp)";
 }
 
 } // namespace

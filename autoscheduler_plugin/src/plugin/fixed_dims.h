@@ -20,7 +20,10 @@ namespace hkfac::sched {
 // tile would write outside a smaller output), so it lives in a specialization for those extents;
 // other sizes run the unsplit schedule. Pure producers are left alone: a single tile spanning a
 // boundary condition's whole width loses the clamp-free steady state that Halide's loop
-// partitioning gives the unsplit loop (harris: 1.46x slower).
+// partitioning gives the unsplit loop (harris: 1.46x slower). Nor is a tile split whose Funcs
+// read each other strided (a downsample): constant regions turn those reads' tails into loads at
+// constant indices, which Halide 14 can emit as aligned loads at unaligned addresses
+// (tests/halide_findings).
 // `split` is the output's tile loops (split_dims_outermost_first); each pair is a dimension and
 // its estimated extent.
 std::vector<std::pair<int, int>> fixed_dims(const PipelineAnalysis &dag, const State &state,

@@ -130,6 +130,7 @@ public:
   CallClassifier(std::string self, std::string inner) : self_(std::move(self)), inner_(std::move(inner)) {}
   struct Counts {
     int calls = 0, dense = 0, broadcast = 0, gather = 0, elem_bytes = 4;
+    int strided = 0; // of the gathers: a constant stride of 2 to 4 in dimension 0 alone
   };
   std::map<std::string, Counts> counts;
 
@@ -160,6 +161,8 @@ private:
         c.dense++;
         return;
       }
+      const int64_t *stride = as_const_int(d);
+      c.strided += stride && *stride >= 2 && *stride <= 4 && !others;
     }
     c.gather++;
   }
@@ -343,6 +346,7 @@ PipelineAnalysis::PipelineAnalysis(const std::vector<Function> &outputs, const T
           a.lane_dense_calls = l->second.dense;
           a.lane_broadcast_calls = l->second.broadcast;
           a.lane_gather_calls = l->second.gather;
+          a.lane_strided_calls = l->second.strided;
         }
         for (const CallClassifier &by_dim : along) {
           auto ac = by_dim.counts.find(kv.first);

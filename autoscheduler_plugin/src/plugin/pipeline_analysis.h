@@ -50,6 +50,9 @@ struct Access {
   // definition they equal the counts above; for a matrix product's update they tell the
   // broadcast row operand and the dense column operand apart, which the RVar cannot.
   int lane_dense_calls = 0, lane_broadcast_calls = 0, lane_gather_calls = 0;
+  // Of the lane gathers, those with a constant stride of 2 to 4 in dimension 0 (a downsample):
+  // Halide 14 loads them as shuffled dense vectors (fixed_dims.h says why that matters).
+  int lane_strided_calls = 0;
   // The same against the pure variable of each higher dimension d (index d - 1) that an update
   // may vectorize instead (FuncChoice::update_lanes): dense, broadcast and gather calls.
   std::vector<std::array<int, 3>> lanes_along;
