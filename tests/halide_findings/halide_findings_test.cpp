@@ -161,4 +161,47 @@ TEST(HalideFindings, StridedLoadAtAConstantOddIndexIsLoadedAligned) {
          "(fixed_dims.cpp)";
 }
 
+// A three-point sum per tile of `tile` outputs (ShiftInwards, so acc's region is the constant
+// tile + 1 columns), its update in blocks of 2 vectors of 16 lanes side by side, GuardWithIf,
+// the two vectors unrolled or not. Returns how many points differ from the plain schedule's.
+int vectors_side_by_side_wrong(int tile, bool unrolled) {
+  const int w = 1024, h = 4;
+  Buffer<uint8_t> in(w + 4, h);
+  in.for_each_element([&](int x, int y) { in(x, y) = static_cast<uint8_t>(x * 7 + y * 3); });
+  Var x("x"), y("y"), xo("xo"), xi("xi"), xv("xv"), xw("xw"), xu("xu");
+  RDom r(0, 3, "r");
+  Func acc("acc"), out("out");
+  acc(x, y) = cast<uint16_t>(0);
+  acc(x, y) += cast<uint16_t>(in(x + r, y) / 2);
+  out(x, y) = cast<uint8_t>((acc(x, y) + acc(x + 1, y)) / 6);
+  const Target t("x86-64-linux-avx-avx2-f16c-fma-sse41");
+  const Buffer<uint8_t> want = out.realize({w, h}, t);
+  out.split(x, xo, xi, tile, TailStrategy::ShiftInwards)
+      .vectorize(xi, 32, TailStrategy::ShiftInwards);
+  acc.compute_at(out, xo).vectorize(x, 16);
+  acc.update()
+      .split(x, x, xw, 32, TailStrategy::GuardWithIf)
+      .split(xw, xu, xv, 16, TailStrategy::GuardWithIf)
+      .reorder(xv, xu, r, x, y)
+      .vectorize(xv);
+  if (unrolled)
+    acc.update().unroll(xu);
+  const Buffer<uint8_t> got = out.realize({w, h}, t);
+  int wrong = 0;
+  want.for_each_element([&](int i, int j) { wrong += got(i, j) != want(i, j); });
+  return wrong;
+}
+
+// Halide 14 miscompiles the unrolled pair where acc's constant region (65 columns) leaves a tail
+// of the 32-column block: nearly every point is wrong, not only the tail's. Not unrolled, or over
+// 64 columns (a tile of 63), it is right, and so it is at run-time extents (acc at root). The
+// Hkfac plugin blocks vectors side by side only where they divide the columns (update_nest.cpp).
+TEST(HalideFindings, UnrolledVectorsSideBySideOverAConstantRegionWithATail) {
+  EXPECT_EQ(vectors_side_by_side_wrong(64, false), 0);
+  EXPECT_EQ(vectors_side_by_side_wrong(63, true), 0);
+  EXPECT_GT(vectors_side_by_side_wrong(64, true), 1024 * 4 / 2)
+      << "Halide no longer miscompiles these vectors: remove this finding and let blocks_columns "
+         "(update_nest.cpp) leave tails again";
+}
+
 } // namespace

@@ -229,10 +229,9 @@ bool blocks_columns(const FuncNode &f, const StageNode &s, const FuncModel &m,
   if (order == kRVarsOuter || columns < width)
     return false;
   // Halide 14 miscompiles vectors side by side (unrolled, GuardWithIf) where they leave a tail
-  // over a constant region, such as a Func's in a shifted-in tile: beside blocked rows with a
-  // tail too, points accumulated twice or the stack allocation overrun; alone, over a reduction
-  // of a downsample computed in the same tile, nearly every point wrong
-  // (HkfacPlugin.DownsamplesInsideConstantRegionsLeaveNoMisalignedStridedLoad). So they divide it.
+  // over a constant region, such as a Func's in a shifted-in tile: nearly every point wrong, and
+  // beside blocked rows with a tail too, the stack allocation overrun (tests/halide_findings).
+  // So they divide it.
   return std::fmod(columns, width) == 0;
 }
 
