@@ -29,6 +29,14 @@ constexpr int kS = 39;   // CPU schedule features
 constexpr int kAlgo = 287;
 const Target kTarget("x86-64-linux-avx-avx2-f16c-fma-sse41");
 
+// The pipeline's lowered statement as text, for tests that assert on what Halide makes of a
+// schedule (written to `path` on the way, as compile_to_lowered_stmt must).
+std::string lowered_statement(Pipeline &pipe, const ImageParam &in, const std::string &path) {
+  pipe.compile_to_lowered_stmt(path, {in}, StmtOutputFormat::Text, kTarget);
+  std::ifstream f(path);
+  return std::string((std::istreambuf_iterator<char>(f)), std::istreambuf_iterator<char>());
+}
+
 class HkfacPlugin : public ::testing::Test {
 protected:
   static void SetUpTestSuite() { load_plugin(HKFAC_PLUGIN_PATH); }
@@ -383,11 +391,7 @@ TEST_F(HkfacPlugin, ReductionsPerTileOfAWholeOutputDimensionHaveConstantAllocati
       ++checked;
       SCOPED_TRACE(src);
       if (divides) {
-        pipe.compile_to_lowered_stmt(stmt, {p.in}, StmtOutputFormat::Text, kTarget);
-        std::ifstream f(stmt);
-        const std::string lowered((std::istreambuf_iterator<char>(f)),
-                                  std::istreambuf_iterator<char>());
-        EXPECT_TRUE(std::regex_search(lowered, constant)) << "mix has no allocation of constant size";
+        EXPECT_TRUE(std::regex_search(lowered_statement(pipe, p.in, stmt), constant)) << "mix has no allocation of constant size";
       }
       p.in.set(input);
       for (int n : {channels, 2 * channels, channels + 7}) {
@@ -464,10 +468,7 @@ TEST_F(HkfacPlugin, DownsamplesInsideConstantRegionsLeaveNoMisalignedStridedLoad
     SCOPED_TRACE(src);
     hosted += src.find("pre.compute_at(") != std::string::npos &&
               src.find("acc.compute_at(") != std::string::npos;
-    pipe.compile_to_lowered_stmt(stmt, {p.in}, StmtOutputFormat::Text, kTarget);
-    std::ifstream f(stmt);
-    const std::string lowered((std::istreambuf_iterator<char>(f)), std::istreambuf_iterator<char>());
-    EXPECT_EQ(misaligned_strided_loads(lowered), 0) << "seed " << seed;
+    EXPECT_EQ(misaligned_strided_loads(lowered_statement(pipe, p.in, stmt)), 0) << "seed " << seed;
     for (int w : {1000, 1024}) {
       Buffer<uint8_t> input(2 * w + 4, h + 1);
       input.for_each_element([&](int x, int y) { input(x, y) = static_cast<uint8_t>(x * 7 + y * 3); });
