@@ -56,6 +56,12 @@ def parse_args():
                         "DIR/<app>.weights (repeatable; needs --scheduler Hkfac=...): two weight "
                         "sets side by side in one interleaved run; PLUGIN.so, another build of "
                         "the Hkfac plugin, for weights of another feature version")
+    p.add_argument("--env-variant", action="append", default=[],
+                   metavar="LABEL=VAR=VALUE[,VAR=VALUE...]",
+                   help="one more Hkfac column, 'Hkfac LABEL', searching with the same weights "
+                        "as Hkfac and these environment variables set (repeatable; needs "
+                        "--scheduler Hkfac=...): two search settings, e.g. HKFAC_ROLLOUT=1, side "
+                        "by side in one interleaved run")
     p.add_argument("--replay", action="append", default=[], metavar="LABEL=APP:HEADER",
                    help="a column 'replay LABEL' that applies HEADER, a schedule header as "
                         "the generator writes it (-e schedule), to APP (repeatable; one label "
@@ -143,11 +149,12 @@ def last_error_line(output):
 
 
 class Variant:
-    def __init__(self, app, scheduler, plugin, registered=None, weights_dir=None):
+    def __init__(self, app, scheduler, plugin, registered=None, weights_dir=None, env=None):
         self.app = app
         self.scheduler = scheduler  # the column: "reference" for the plain reference build
         self.registered = registered or scheduler  # the name the plugin registers (-s)
         self.weights_dir = weights_dir  # Hkfac: the directory of its hold-one-out weights
+        self.env = env or {}  # variables set for its autoscheduling (--env-variant)
         self.plugin = plugin
         self.dir = re.sub(r"[^A-Za-z0-9_.-]", "_", scheduler)  # under WORK/<app>/
         self.name = f"{app}_{self.dir.lower()}"
@@ -220,6 +227,7 @@ def build_variant(cfg, v, args, target, work):
         env["HL_WEIGHTS_DIR"] = os.path.join(v.weights_dir, f"{v.app}.weights")
     if args.hkfac_beam and v.registered == "Hkfac":
         env["HL_BEAM_SIZE"] = str(args.hkfac_beam)
+    env.update(v.env)
     rc, secs, out = run(generator_command(cfg, v, args, target, out_dir), args.timeout, env=env)
     if rc != 0:
         stage = "compile" if "HKFAC_AUTOSCHEDULE_SECONDS" in out or v.plugin is None \
@@ -505,6 +513,16 @@ def main():
         weight_variants[f"Hkfac {label}"] = (os.path.abspath(wdir),
                                              os.path.abspath(plugin) if plugin else plugins["Hkfac"])
         schedulers.append(f"Hkfac {label}")
+    env_variants = {}  # column -> {variable: value}
+    for spec in args.env_variant:
+        label, _, rest = spec.partition("=")
+        settings = [kv.partition("=") for kv in rest.split(",")] if rest else []
+        if not label or not settings or any(not var or not eq for var, eq, _ in settings):
+            sys.exit(f"--env-variant {spec}: expected LABEL=VAR=VALUE[,VAR=VALUE...]")
+        if "Hkfac" not in plugins:
+            sys.exit(f"--env-variant {spec}: needs --scheduler Hkfac=PLUGIN.so")
+        env_variants[f"Hkfac {label}"] = {var: value for var, _, value in settings}
+        schedulers.append(f"Hkfac {label}")
     replays = {}  # column -> {app: schedule header}
     for spec in args.replay:
         label, _, rest = spec.partition("=")
@@ -519,7 +537,7 @@ def main():
     if args.verify_only:
         if not extra and not replays:
             sys.exit("--verify-only needs at least one --scheduler or --replay")
-        schedulers = extra + list(replays)
+        schedulers = extra + list(env_variants) + list(replays)
     apps = args.apps.split(",") if args.apps else list(cfg["generators"])
     if args.apps == "none":
         apps = []
@@ -553,7 +571,8 @@ def main():
     os.makedirs(work, exist_ok=True)
     output = args.output or os.path.join(work, "report.md")
 
-    notes = []
+    notes = [f"{column}: Hkfac's weights with " + ", ".join(f"{k}={v}" for k, v in env.items())
+             for column, env in env_variants.items()]
     can_run = not args.no_run
     if (args.cuda or "cuda" in target) and can_run and not cuda_usable():
         can_run = False
@@ -570,6 +589,9 @@ def main():
             if s in weight_variants:
                 variants.append(Variant(app, s, weight_variants[s][1], "Hkfac",
                                         weight_variants[s][0]))
+            elif s in env_variants:
+                variants.append(Variant(app, s, plugins["Hkfac"], "Hkfac", args.holdout_weights,
+                                        env_variants[s]))
             elif s in replays:
                 v = Variant(app, s, None, "Replay")
                 v.replay_header = replays[s].get(app)
