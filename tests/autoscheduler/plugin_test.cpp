@@ -724,6 +724,62 @@ TEST_F(HkfacPlugin, SameSeedGivesSameSchedule) {
   }
 }
 
+// The best schedule's predicted cost, as HKFAC_TOPK=1 writes it into `dir`.
+double predicted_best_cost(const std::string &dir) {
+  std::ifstream table(dir + "/hkfac_topk.txt");
+  std::string header;
+  std::getline(table, header);
+  int rank = -1;
+  double cost = NAN;
+  table >> rank >> cost;
+  return rank == 0 ? cost : NAN;
+}
+
+// HKFAC_ROLLOUT=1 refines the beam search's best schedule by scoring candidates as it completes
+// them, so under the same model its pick is never predicted slower than the plain search's, and
+// it must compute what the plain schedule computes. Over random models of a stencil chain and
+// the small pipeline, it must also find a cheaper schedule somewhere, or it did nothing.
+TEST_F(HkfacPlugin, RolloutSearchNeverPredictsWorseThanBeamSearchAndComputesThePlainResult) {
+  const std::string dir = ::testing::TempDir();
+  ScopedEnv b("HL_BEAM_SIZE", "2");
+  ScopedEnv k("HKFAC_TOPK", "1");
+  ScopedEnv d("HKFAC_TOPK_DIR", dir.c_str());
+  const int w = 389, h = 211;
+  Buffer<float> input(w, h);
+  for (int j = 0; j < h; ++j)
+    for (int i = 0; i < w; ++i)
+      input(i, j) = std::sin(0.1f * i + 0.37f * j);
+  StencilChain plain(w, h, 4);
+  plain.in.set(input);
+  const Buffer<float> want_chain = plain.out.realize({w, h}, kTarget);
+  const Buffer<float> want_small = run_root_reference(w, h);
+  int cheaper = 0;
+  for (int seed = 1; seed <= 6; ++seed) {
+    const std::string s = std::to_string(seed);
+    ScopedEnv rw("HL_RANDOMIZE_WEIGHTS", s.c_str());
+    for (bool chain : {true, false}) {
+      double cost[2];
+      for (int rollout = 0; rollout < 2; ++rollout) {
+        ScopedEnv r("HKFAC_ROLLOUT", rollout ? "1" : "0");
+        StencilChain c(w, h, 4);
+        SmallPipeline sp(w, h);
+        Pipeline pipe(chain ? c.out : sp.out);
+        const std::string src = pipe.auto_schedule("Hkfac", kTarget, machine()).schedule_source;
+        cost[rollout] = predicted_best_cost(dir);
+        ASSERT_TRUE(std::isfinite(cost[rollout])) << "seed " << seed;
+        if (rollout) {
+          (chain ? c.in : sp.in).set(input);
+          SCOPED_TRACE("seed " + s + (chain ? ", stencil chain\n" : ", small pipeline\n") + src);
+          expect_equal(pipe.realize({w, h}, kTarget), chain ? want_chain : want_small);
+        }
+      }
+      EXPECT_LE(cost[1], cost[0]) << "seed " << seed << (chain ? ", stencil chain" : ", small");
+      cheaper += cost[1] < cost[0];
+    }
+  }
+  EXPECT_GT(cheaper, 0) << "no random model's rollout search found a cheaper schedule";
+}
+
 // HL_RANDOM_DROPOUT as Adams2019 means it: a greedy search under a low value takes other than
 // the best-ranked decision now and then, so seeds give different schedules; at 100 it never
 // drops one, and every seed gives the greedy schedule.

@@ -9,8 +9,10 @@
 #include <set>
 #include <sstream>
 
-#include "loop_nest_model.h"
+#include "completion.h"
 #include "gpu_search_space.h"
+#include "loop_nest_model.h"
+#include "parallel_for.h"
 #include "search_space.h"
 
 namespace hkfac::sched {
@@ -18,14 +20,6 @@ namespace hkfac::sched {
 namespace {
 
 using Clock = std::chrono::steady_clock;
-
-// The candidate decisions for one Func on the pipeline's target.
-std::vector<FuncChoice> choices(const PipelineAnalysis &dag, const State &state,
-                                const LoopNestModel &model, int id, const Parameters &params,
-                                bool coarse, const std::set<PlacementKey> &allowed) {
-  return params.gpu ? gpu_func_choices(dag, state, model, id, params, coarse, allowed)
-                    : func_choices(dag, state, model, id, params, coarse, allowed);
-}
 
 // Whether two scored states are one schedule: their choices differ at most in register tiles or
 // update lanes, and they cost the same. A tile or lanes the loops cannot hold are not applied
@@ -50,82 +44,196 @@ struct Pass {
   std::vector<std::set<PlacementKey>> allowed; // per Func; empty: anything
 };
 
-std::vector<StatePtr> run_pass(const PipelineAnalysis &dag, CostModel &model,
-                               const Parameters &params, const Pass &pass, std::mt19937_64 &rng,
-                               Clock::time_point deadline, bool &timed_out,
-                               long long &duplicates) {
-  const int n = static_cast<int>(dag.funcs.size());
+// A child of a beam state, and (rollout search) the complete schedule it was scored as.
+struct Candidate {
+  std::shared_ptr<State> state;
+  std::shared_ptr<State> completion;
+};
+
+// One search over the pipeline: its passes share the model, the random stream, the deadline,
+// the counts it reports and, for the rollout search, the best complete schedule seen.
+class Search {
+public:
+  Search(const PipelineAnalysis &dag, CostModel &model, const Parameters &params,
+         SearchResult &result, Clock::time_point deadline)
+      : dag_(dag), model_(model), params_(params), result_(result), deadline_(deadline),
+        rng_(params.seed * 0x9E3779B97F4A7C15ull + 1) {}
+
+  // Decides every Func, keeping `width` states per step; the final beam, cheapest first.
+  std::vector<StatePtr> run_pass(const Pass &pass, size_t width);
+
+  // The rollout search's base schedule: children are scored as it completes them
+  // (completion.h), and each step's best completion replaces it when cheaper, so a pass never
+  // returns worse than the schedule it started from.
+  StatePtr incumbent;
+  // Each step's best completion, for the final ranking.
+  std::vector<StatePtr> completions;
+
+private:
+  std::vector<Candidate> expand(const std::vector<StatePtr> &beam, int id, const Pass &pass,
+                                const std::set<PlacementKey> &keys, const Parameters &space);
+
+  const PipelineAnalysis &dag_;
+  CostModel &model_;
+  const Parameters &params_;
+  SearchResult &result_;
+  Clock::time_point deadline_;
+  std::mt19937_64 rng_;
+};
+
+// The children of every beam state for Func `id`, scored (by their completions where there is
+// an incumbent), cheapest first, the illegal ones dropped unless all are.
+std::vector<Candidate> Search::expand(const std::vector<StatePtr> &beam, int id, const Pass &pass,
+                                      const std::set<PlacementKey> &keys,
+                                      const Parameters &space) {
+  static const std::set<PlacementKey> kAnything;
+  const int n = static_cast<int>(dag_.funcs.size());
+  std::vector<Candidate> children;
+  for (const StatePtr &s : beam) {
+    LoopNestModel parent(dag_, *s);
+    std::vector<FuncChoice> options =
+        target_func_choices(dag_, *s, parent, id, space, pass.coarse, keys);
+    if (options.empty() && !keys.empty())
+      options = target_func_choices(dag_, *s, parent, id, space, pass.coarse, kAnything);
+    // The incumbent's own decision, which a pass's tilings need not list (another pass's, or a
+    // repair's): so the incumbent's path stays open and each pass refines it. The model rejects
+    // it where this state's consumers make it illegal.
+    if (incumbent &&
+        std::find(options.begin(), options.end(), incumbent->choices[id]) == options.end())
+      options.push_back(incumbent->choices[id]);
+    for (FuncChoice &c : options) {
+      auto child = std::make_shared<State>(*s);
+      child->choices[id] = std::move(c);
+      child->decided = n - id;
+      children.push_back({std::move(child), nullptr});
+    }
+  }
+  plugin_check(!children.empty()) << "Hkfac: no legal decision for " << dag_.funcs[id].name;
+  bool scored = false;
+  if (incumbent) {
+    parallel_for(static_cast<int>(children.size()), params_.threads, [&](int i) {
+      children[i].completion =
+          complete_with(dag_, *children[i].state, *incumbent, space, pass.coarse);
+    });
+    std::vector<State *> raw;
+    for (Candidate &c : children)
+      if (c.completion)
+        raw.push_back(c.completion.get());
+    model_.evaluate(raw);
+    for (Candidate &c : children) {
+      c.state->cost = c.completion ? c.completion->cost : INFINITY;
+      scored |= std::isfinite(c.state->cost);
+    }
+  }
+  if (!scored) {
+    // No incumbent yet, or none of the children completes: the decided part alone is scored.
+    std::vector<State *> raw;
+    for (Candidate &c : children) {
+      c.completion = nullptr;
+      raw.push_back(c.state.get());
+    }
+    model_.evaluate(raw);
+  }
+  std::stable_sort(children.begin(), children.end(), [](const Candidate &a, const Candidate &b) {
+    return a.state->cost < b.state->cost;
+  });
+  while (children.size() > 1 && !std::isfinite(children.back().state->cost))
+    children.pop_back();
+  return children;
+}
+
+std::vector<StatePtr> Search::run_pass(const Pass &pass, size_t beam_width) {
+  const int n = static_cast<int>(dag_.funcs.size());
   auto start = std::make_shared<State>();
   start->choices.resize(n);
   std::vector<StatePtr> beam{start};
   static const std::set<PlacementKey> kAnything;
   for (int id = n - 1; id >= 0; --id) {
-    const bool out_of_time = params.time_limit_s > 0 && Clock::now() > deadline;
-    timed_out |= out_of_time;
-    const size_t width = out_of_time ? 1 : static_cast<size_t>(params.beam_size);
+    const bool out_of_time = params_.time_limit_s > 0 && Clock::now() > deadline_;
+    result_.timed_out |= out_of_time;
+    const size_t width = out_of_time ? 1 : beam_width;
     if (beam.size() > width)
       beam.resize(width);
-    // The children of every beam state, scored; a later pass tries only the placements its
-    // predecessor ranked best, and where none of them is legal in this state it tries all.
+    // A later pass tries only the placements its predecessor ranked best, and where none of
+    // them is legal in this state it tries all.
     const auto &allowed = pass.allowed.empty() ? kAnything : pass.allowed[id];
-    auto expand = [&](const std::set<PlacementKey> &keys, const Parameters &space) {
-      std::vector<std::shared_ptr<State>> children;
-      for (const StatePtr &s : beam) {
-        LoopNestModel parent(dag, *s);
-        std::vector<FuncChoice> options =
-            choices(dag, *s, parent, id, space, pass.coarse, keys);
-        if (options.empty() && !keys.empty())
-          options = choices(dag, *s, parent, id, space, pass.coarse, kAnything);
-        for (FuncChoice &c : options) {
-          auto child = std::make_shared<State>(*s);
-          child->choices[id] = std::move(c);
-          child->decided = n - id;
-          children.push_back(std::move(child));
-        }
-      }
-      plugin_check(!children.empty()) << "Hkfac: no legal decision for " << dag.funcs[id].name;
-      std::vector<State *> raw;
-      for (auto &c : children)
-        raw.push_back(c.get());
-      model.evaluate(raw);
-      std::stable_sort(children.begin(), children.end(),
-                       [](const auto &a, const auto &b) { return a->cost < b->cost; });
-      while (children.size() > 1 && !std::isfinite(children.back()->cost))
-        children.pop_back();
-      return children;
-    };
-    std::vector<std::shared_ptr<State>> children = expand(allowed, params);
-    if (!std::isfinite(children.front()->cost) && !allowed.empty())
-      children = expand(kAnything, params);
-    if (!std::isfinite(children.front()->cost) && !(params.placements & kPlaceRoot)) {
+    std::vector<Candidate> children = expand(beam, id, pass, allowed, params_);
+    if (!std::isfinite(children.front().state->cost) && !allowed.empty())
+      children = expand(beam, id, pass, kAnything, params_);
+    if (!std::isfinite(children.front().state->cost) && !(params_.placements & kPlaceRoot)) {
       // HKFAC_PLACEMENTS left out compute_root, and nothing it allows is legal here.
-      Parameters with_root = params;
+      Parameters with_root = params_;
       with_root.placements |= kPlaceRoot;
-      children = expand(kAnything, with_root);
+      children = expand(beam, id, pass, kAnything, with_root);
     }
-    plugin_check(std::isfinite(children.front()->cost))
-        << "Hkfac: every decision for " << dag.funcs[id].name << " is illegal";
+    plugin_check(std::isfinite(children.front().state->cost))
+        << "Hkfac: every decision for " << dag_.funcs[id].name << " is illegal";
+    if (const auto &best = children.front().completion) {
+      completions.push_back(best);
+      if (best->cost < incumbent->cost)
+        incumbent = best;
+    }
     // Dropout as Adams2019 means it: HL_RANDOM_DROPOUT is the percent chance that no candidate
     // is dropped over the whole search, so each step keeps each candidate, the best included,
     // with probability (p / 100)^(1 / Funcs); where all drop, the best stays. Greedy searches
     // then take the second or third best now and then, which is what data generation needs.
     beam.clear();
-    const double keep = std::pow(params.random_dropout / 100.0, 1.0 / std::max(1, n));
+    const double keep = std::pow(params_.random_dropout / 100.0, 1.0 / std::max(1, n));
     std::uniform_real_distribution<double> unit(0.0, 1.0);
     for (size_t i = 0; i < children.size() && beam.size() < width; ++i) {
+      const State &child = *children[i].state;
       if (std::any_of(beam.begin(), beam.end(),
-                      [&](const StatePtr &b) { return same_schedule(*b, *children[i]); })) {
-        ++duplicates;
+                      [&](const StatePtr &b) { return same_schedule(*b, child); })) {
+        ++result_.duplicates_skipped;
         continue;
       }
-      if (params.random_dropout < 100 && unit(rng) >= keep)
+      if (params_.random_dropout < 100 && unit(rng_) >= keep)
         continue;
-      beam.push_back(children[i]);
+      beam.push_back(children[i].state);
     }
     if (beam.empty())
-      beam.push_back(children.front());
+      beam.push_back(children.front().state);
   }
   return beam;
+}
+
+// The coarse-to-fine passes (beam_search.h), their final beams appended to `all`. With an
+// incumbent they are rollout passes, and they end early once one leaves it unchanged.
+void run_passes(Search &search, const PipelineAnalysis &dag, const Parameters &params,
+                const CostModel &model, const char *label, std::vector<StatePtr> &all,
+                SearchResult &result) {
+  const int n = static_cast<int>(dag.funcs.size());
+  Pass pass;
+  pass.coarse = params.num_passes > 1;
+  for (int p = 0; p < params.num_passes; ++p) {
+    const StatePtr incumbent_before = search.incumbent;
+    std::vector<StatePtr> beam = search.run_pass(pass, static_cast<size_t>(params.beam_size));
+    all.insert(all.end(), beam.begin(), beam.end());
+    std::ostringstream line;
+    line << label << "pass " << p + 1 << " of " << params.num_passes << ": best cost "
+         << beam.front()->cost << ", " << model.evaluated() << " states so far, "
+         << result.duplicates_skipped << " duplicates kept out of the beam";
+    if (search.incumbent)
+      line << ", incumbent cost " << search.incumbent->cost;
+    log_line(params, 1, line.str());
+    if (result.timed_out)
+      break;
+    // A full-tiling rollout pass that did not better its incumbent leaves the next pass where
+    // it started: without dropout that pass would search the same states again.
+    if (search.incumbent && !pass.coarse && search.incumbent == incumbent_before &&
+        params.random_dropout >= 100)
+      break;
+    // The next pass: full tilings over the placements of this pass's best schedules.
+    pass.coarse = false;
+    pass.allowed.assign(n, {});
+    const size_t keep = std::max<size_t>(1, std::min<size_t>(beam.size(), 4));
+    for (size_t i = 0; i < keep; ++i)
+      for (int id = 0; id < n; ++id)
+        pass.allowed[id].insert(placement_key(beam[i]->choices[id]));
+    if (search.incumbent)
+      for (int id = 0; id < n; ++id)
+        pass.allowed[id].insert(placement_key(search.incumbent->choices[id]));
+  }
 }
 
 } // namespace
@@ -135,30 +243,16 @@ SearchResult beam_search(const PipelineAnalysis &dag, CostModel &model, const Pa
   const auto t0 = Clock::now();
   const auto deadline =
       t0 + std::chrono::microseconds(static_cast<long long>(params.time_limit_s * 1e6));
-  std::mt19937_64 rng(params.seed * 0x9E3779B97F4A7C15ull + 1);
-  const int n = static_cast<int>(dag.funcs.size());
+  Search search(dag, model, params, result, deadline);
   std::vector<StatePtr> all;
-  Pass pass;
-  pass.coarse = params.num_passes > 1;
-  for (int p = 0; p < params.num_passes; ++p) {
-    std::vector<StatePtr> beam = run_pass(dag, model, params, pass, rng, deadline,
-                                          result.timed_out, result.duplicates_skipped);
-    all.insert(all.end(), beam.begin(), beam.end());
-    std::ostringstream line;
-    line << "pass " << p + 1 << " of " << params.num_passes << ": best cost "
-         << beam.front()->cost << ", " << model.evaluated() << " states so far, "
-         << result.duplicates_skipped << " duplicates kept out of the beam";
-    log_line(params, 1, line.str());
-    if (result.timed_out)
-      break;
-    // The next pass: full tilings over the placements of this pass's best schedules.
-    pass.coarse = false;
-    pass.allowed.assign(n, {});
-    const size_t keep = std::max<size_t>(1, std::min<size_t>(beam.size(), 4));
-    for (size_t i = 0; i < keep; ++i)
-      for (int id = 0; id < n; ++id)
-        pass.allowed[id].insert(placement_key(beam[i]->choices[id]));
+  run_passes(search, dag, params, model, "", all, result);
+  if (params.rollout && !result.timed_out) {
+    // The rollout search starts from the beam search's best schedule, so it can only better it.
+    search.incumbent = *std::min_element(
+        all.begin(), all.end(), [](const StatePtr &a, const StatePtr &b) { return a->cost < b->cost; });
+    run_passes(search, dag, params, model, "rollout ", all, result);
   }
+  all.insert(all.end(), search.completions.begin(), search.completions.end());
   std::stable_sort(all.begin(), all.end(),
                    [](const StatePtr &a, const StatePtr &b) { return a->cost < b->cost; });
   // Distinct schedules only.

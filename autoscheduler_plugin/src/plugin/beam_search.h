@@ -26,6 +26,13 @@ struct SearchResult {
 // Pass 1 uses coarse tilings; each later pass uses every tiling but only the placements (inline,
 // root, compute_at where) that the previous pass's best few complete schedules used. With a time
 // limit the search finishes greedily once time is up, so it always returns a complete schedule.
+//
+// With HKFAC_ROLLOUT=1 the passes are run again comparing complete schedules (a rollout
+// search; ProTuner argues for comparing complete schedules): the beam search's best schedule is
+// the incumbent, every child is scored as the incumbent completes it (completion.h), the
+// incumbent's own decision is always among the children, and each step's best completion
+// becomes the incumbent when cheaper. The passes stop once a full-tiling pass leaves the
+// incumbent unchanged. About twice the plain search's time; never a worse predicted cost.
 SearchResult beam_search(const PipelineAnalysis &dag, CostModel &model, const Parameters &params);
 
 } // namespace hkfac::sched

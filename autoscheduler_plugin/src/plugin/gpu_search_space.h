@@ -29,4 +29,11 @@ std::vector<FuncChoice> gpu_func_choices(const PipelineAnalysis &dag, const Stat
                                          const Parameters &params, bool coarse,
                                          const std::set<PlacementKey> &allowed);
 
+// The candidate decisions for Func `id` on the pipeline's target: gpu_func_choices on a GPU
+// target, func_choices on a CPU.
+std::vector<FuncChoice> target_func_choices(const PipelineAnalysis &dag, const State &state,
+                                            const LoopNestModel &model, int id,
+                                            const Parameters &params, bool coarse,
+                                            const std::set<PlacementKey> &allowed);
+
 } // namespace hkfac::sched

@@ -34,8 +34,11 @@ std::vector<int> split_dims_outermost_first(const FuncChoice &c, const Box &regi
 LoopNestModel::LoopNestModel(const PipelineAnalysis &dag, const State &state)
     : dag_(dag), state_(state), funcs_(dag.funcs.size()) {
   const int n = static_cast<int>(dag.funcs.size());
-  for (int id = n - 1; id >= n - state.decided && legal_; --id)
+  for (int id = n - 1; id >= n - state.decided && legal_; --id) {
     model_func(id);
+    if (!legal_)
+      illegal_func_ = id;
+  }
 }
 
 bool LoopNestModel::has_site(int consumer, SiteLevel level) const {

@@ -44,6 +44,9 @@ public:
 
   // False when the state asks for something the model (and so Halide) cannot do.
   bool legal() const { return legal_; }
+  // The Func whose decision made the state illegal (the first in the order modeled, from the
+  // outputs back), or -1.
+  int illegal_func() const { return illegal_func_; }
   const FuncModel &func(int id) const { return funcs_[id]; }
 
   // The box one iteration of `consumer`'s loop at `level` covers (a tiled Root Func's tile or
@@ -73,6 +76,7 @@ private:
   const State &state_;
   std::vector<FuncModel> funcs_;
   bool legal_ = true;
+  int illegal_func_ = -1;
 };
 
 // The thread count of a block along a device Root Func's dimension d (0 or 1) over `extent`.

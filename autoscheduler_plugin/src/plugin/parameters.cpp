@@ -72,6 +72,7 @@ Parameters Parameters::from(const Halide::MachineParams &mp, const Halide::Targe
   p.allow_version_mismatch = env_int("HKFAC_ALLOW_VERSION_MISMATCH", 0, 0, 1) != 0;
   p.debug = static_cast<int>(env_int("HL_DEBUG_AUTOSCHEDULE", 0, 0, 10));
   p.time_limit_s = env_double("HKFAC_TIME_LIMIT_S", 0, 0, 1e7);
+  p.rollout = env_int("HKFAC_ROLLOUT", 0, 0, 1) != 0;
   p.top_k = static_cast<int>(env_int("HKFAC_TOPK", 0, 0, 1000));
   if (const char *d = env("HKFAC_TOPK_DIR"))
     p.top_k_dir = d;

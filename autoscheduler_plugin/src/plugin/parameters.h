@@ -55,6 +55,9 @@ struct Parameters {
   bool allow_version_mismatch = false; // HKFAC_ALLOW_VERSION_MISMATCH
   int debug = 0;               // HL_DEBUG_AUTOSCHEDULE
   double time_limit_s = 0;     // HKFAC_TIME_LIMIT_S; 0 = none
+  // HKFAC_ROLLOUT: score each candidate as the best complete schedule so far completes it
+  // (beam_search.h), not by its decided part alone.
+  bool rollout = false;
   int top_k = 0;               // HKFAC_TOPK
   std::string top_k_dir = "."; // HKFAC_TOPK_DIR
   int threads = 0;             // HKFAC_THREADS; 0 = every core
