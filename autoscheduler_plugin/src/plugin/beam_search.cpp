@@ -39,6 +39,9 @@ bool same_schedule(const State &a, const State &b) {
   return true;
 }
 
+// Any placement (a pass or fallback that restricts none).
+const std::set<PlacementKey> kAnything;
+
 struct Pass {
   bool coarse = false;
   std::vector<std::set<PlacementKey>> allowed; // per Func; empty: anything
@@ -59,8 +62,9 @@ public:
       : dag_(dag), model_(model), params_(params), result_(result), deadline_(deadline),
         rng_(params.seed * 0x9E3779B97F4A7C15ull + 1) {}
 
-  // Decides every Func, keeping `width` states per step; the final beam, cheapest first.
-  std::vector<StatePtr> run_pass(const Pass &pass, size_t width);
+  // The coarse-to-fine passes (beam_search.h), their final beams appended to `all`. With an
+  // incumbent they are rollout passes, and they end early once one leaves it unchanged.
+  void run_passes(const char *label, std::vector<StatePtr> &all);
 
   // The rollout search's base schedule: children are scored as it completes them
   // (completion.h), and each step's best completion replaces it when cheaper, so a pass never
@@ -70,6 +74,8 @@ public:
   std::vector<StatePtr> completions;
 
 private:
+  // Decides every Func, keeping `width` states per step; the final beam, cheapest first.
+  std::vector<StatePtr> run_pass(const Pass &pass, size_t width);
   std::vector<Candidate> expand(const std::vector<StatePtr> &beam, int id, const Pass &pass,
                                 const std::set<PlacementKey> &keys, const Parameters &space);
 
@@ -86,7 +92,6 @@ private:
 std::vector<Candidate> Search::expand(const std::vector<StatePtr> &beam, int id, const Pass &pass,
                                       const std::set<PlacementKey> &keys,
                                       const Parameters &space) {
-  static const std::set<PlacementKey> kAnything;
   const int n = static_cast<int>(dag_.funcs.size());
   std::vector<Candidate> children;
   for (const StatePtr &s : beam) {
@@ -147,7 +152,6 @@ std::vector<StatePtr> Search::run_pass(const Pass &pass, size_t beam_width) {
   auto start = std::make_shared<State>();
   start->choices.resize(n);
   std::vector<StatePtr> beam{start};
-  static const std::set<PlacementKey> kAnything;
   for (int id = n - 1; id >= 0; --id) {
     const bool out_of_time = params_.time_limit_s > 0 && Clock::now() > deadline_;
     result_.timed_out |= out_of_time;
@@ -197,31 +201,27 @@ std::vector<StatePtr> Search::run_pass(const Pass &pass, size_t beam_width) {
   return beam;
 }
 
-// The coarse-to-fine passes (beam_search.h), their final beams appended to `all`. With an
-// incumbent they are rollout passes, and they end early once one leaves it unchanged.
-void run_passes(Search &search, const PipelineAnalysis &dag, const Parameters &params,
-                const CostModel &model, const char *label, std::vector<StatePtr> &all,
-                SearchResult &result) {
-  const int n = static_cast<int>(dag.funcs.size());
+void Search::run_passes(const char *label, std::vector<StatePtr> &all) {
+  const int n = static_cast<int>(dag_.funcs.size());
   Pass pass;
-  pass.coarse = params.num_passes > 1;
-  for (int p = 0; p < params.num_passes; ++p) {
-    const StatePtr incumbent_before = search.incumbent;
-    std::vector<StatePtr> beam = search.run_pass(pass, static_cast<size_t>(params.beam_size));
+  pass.coarse = params_.num_passes > 1;
+  for (int p = 0; p < params_.num_passes; ++p) {
+    const StatePtr incumbent_before = incumbent;
+    std::vector<StatePtr> beam = run_pass(pass, static_cast<size_t>(params_.beam_size));
     all.insert(all.end(), beam.begin(), beam.end());
     std::ostringstream line;
-    line << label << "pass " << p + 1 << " of " << params.num_passes << ": best cost "
-         << beam.front()->cost << ", " << model.evaluated() << " states so far, "
-         << result.duplicates_skipped << " duplicates kept out of the beam";
-    if (search.incumbent)
-      line << ", incumbent cost " << search.incumbent->cost;
-    log_line(params, 1, line.str());
-    if (result.timed_out)
+    line << label << "pass " << p + 1 << " of " << params_.num_passes << ": best cost "
+         << beam.front()->cost << ", " << model_.evaluated() << " states so far, "
+         << result_.duplicates_skipped << " duplicates kept out of the beam";
+    if (incumbent)
+      line << ", incumbent cost " << incumbent->cost;
+    log_line(params_, 1, line.str());
+    if (result_.timed_out)
       break;
     // A full-tiling rollout pass that did not better its incumbent leaves the next pass where
     // it started: without dropout that pass would search the same states again.
-    if (search.incumbent && !pass.coarse && search.incumbent == incumbent_before &&
-        params.random_dropout >= 100)
+    if (incumbent && !pass.coarse && incumbent == incumbent_before &&
+        params_.random_dropout >= 100)
       break;
     // The next pass: full tilings over the placements of this pass's best schedules.
     pass.coarse = false;
@@ -230,9 +230,9 @@ void run_passes(Search &search, const PipelineAnalysis &dag, const Parameters &p
     for (size_t i = 0; i < keep; ++i)
       for (int id = 0; id < n; ++id)
         pass.allowed[id].insert(placement_key(beam[i]->choices[id]));
-    if (search.incumbent)
+    if (incumbent)
       for (int id = 0; id < n; ++id)
-        pass.allowed[id].insert(placement_key(search.incumbent->choices[id]));
+        pass.allowed[id].insert(placement_key(incumbent->choices[id]));
   }
 }
 
@@ -245,12 +245,12 @@ SearchResult beam_search(const PipelineAnalysis &dag, CostModel &model, const Pa
       t0 + std::chrono::microseconds(static_cast<long long>(params.time_limit_s * 1e6));
   Search search(dag, model, params, result, deadline);
   std::vector<StatePtr> all;
-  run_passes(search, dag, params, model, "", all, result);
+  search.run_passes("", all);
   if (params.rollout && !result.timed_out) {
     // The rollout search starts from the beam search's best schedule, so it can only better it.
     search.incumbent = *std::min_element(
         all.begin(), all.end(), [](const StatePtr &a, const StatePtr &b) { return a->cost < b->cost; });
-    run_passes(search, dag, params, model, "rollout ", all, result);
+    search.run_passes("rollout ", all);
   }
   all.insert(all.end(), search.completions.begin(), search.completions.end());
   std::stable_sort(all.begin(), all.end(),
