@@ -106,6 +106,10 @@ def search_env(args, pipeline, k):
         # A different random cost model per schedule: the first data for a new featurization,
         # before any trained weights exist (Hkfac only).
         env["HL_RANDOMIZE_WEIGHTS"] = str(int(env["HL_SEED"]) + 1)
+    if args.rollout:
+        # Hkfac: the search's pick improved under the model by whole-schedule completions, so the
+        # round times the schedules the model rates best, where its errors cost the most.
+        env["HKFAC_ROLLOUT"] = "1"
     return env
 
 
@@ -159,7 +163,8 @@ def compile_schedule(args, target, rungen_objs, pipeline, k, d):
     cmd[cmd.index(f"target={target}")] = f"target={target}-no_runtime"
     with open(os.path.join(d, "search.txt"), "w") as f:
         f.write(" ".join(f"{v}={env[v]}" for v in ("HL_SEED", "HL_BEAM_SIZE", "HL_RANDOM_DROPOUT",
-                                                     "HKFAC_PLACEMENTS") if v in env) + "\n")
+                                                     "HKFAC_PLACEMENTS", "HKFAC_ROLLOUT")
+                           if v in env) + "\n")
         f.write(" ".join(cmd) + "\n")
         f.write(provenance(args, env) + "\n")
     start = time.monotonic()
@@ -472,6 +477,8 @@ def main():
     p.add_argument("--placements",
                    help="Hkfac: HKFAC_PLACEMENTS values separated by ';' ('all': every kind), "
                         "cycled over the greedy runs, e.g. 'all;inline,tile,task,slide,nest'")
+    p.add_argument("--rollout", action="store_true",
+                   help="Hkfac: every search ends with the rollout search (HKFAC_ROLLOUT=1)")
     p.add_argument("--target", help="Halide target (default: host without AVX512-FP16)")
     p.add_argument("--machine-params", default="2,16777216,40")
     p.add_argument("--jobs", type=int, default=os.cpu_count() or 1, help="parallel compiles")

@@ -1,4 +1,5 @@
-// Writes the cost model's prediction for every sample, and its ordering accuracy over them.
+// Writes the cost model's prediction for every sample, and its ordering accuracy and top regret
+// over them.
 #include <absl/flags/flag.h>
 
 #include <cstdio>
@@ -78,9 +79,10 @@ int main(int argc, char **argv) {
         cm::finish_score(score);
         std::fprintf(stderr,
                      "%zu schedules over %zu pipelines: loss %.4f, ordering accuracy %.3f "
-                     "over %zu pairs more than %.1fx apart\n",
+                     "over %zu pairs more than %.1fx apart; the predicted fastest runs %.3fx the "
+                     "fastest (geomean over %zu pipelines)\n",
                      data.train_schedules(), data.pipelines.size(), score.loss, score.accuracy,
-                     score.pairs, cm::kOrderingRatio);
+                     score.pairs, cm::kOrderingRatio, score.top_regret, score.regret_pipelines);
         if (!out.empty())
           hkfac::tools::write_output_flag("--predictions_file", out, text.str());
         else if (!std::cout.flush())

@@ -358,7 +358,8 @@ int main(int argc, char **argv) {
           if (!csv)
             throw hkfac::Error("--csv: cannot write '" + csv_path + "': " + std::strerror(errno));
           csv << "optimizer,rate,epoch,seconds,steps,train_loss,train_accuracy,validation_loss,"
-                 "validation_accuracy,validation_pairs,rejected_steps\n";
+                 "validation_accuracy,validation_pairs,rejected_steps,train_top_regret,"
+                 "validation_top_regret\n";
         }
         const std::string opt_name = absl::GetFlag(FLAGS_optimizer);
         cm::Weights best;
@@ -369,10 +370,10 @@ int main(int argc, char **argv) {
           const double shown_rate = o.optimizer == cm::OptimizerKind::kfac ? o.kfac_rate : rate;
           cm::Weights w = cm::train(data, start, o, [&](const cm::EpochRecord &r) {
             std::printf("[%s rate %g] epoch %d  %.1f s  train loss %.4f acc %.3f | validation "
-                        "loss %.4f acc %.3f (%zu pairs)%s\n",
+                        "loss %.4f acc %.3f (%zu pairs) top regret %.3fx%s\n",
                         opt_name.c_str(), shown_rate, r.epoch, r.seconds, r.train.loss,
                         r.train.accuracy, r.validation.loss, r.validation.accuracy,
-                        r.validation.pairs,
+                        r.validation.pairs, r.validation.top_regret,
                         r.rejected_steps
                             ? (" " + std::to_string(r.rejected_steps) + " rejected steps").c_str()
                             : "");
@@ -381,7 +382,8 @@ int main(int argc, char **argv) {
               csv << opt_name << "," << shown_rate << "," << r.epoch << "," << r.seconds << ","
                   << r.steps << "," << r.train.loss << "," << r.train.accuracy << ","
                   << r.validation.loss << "," << r.validation.accuracy << "," << r.validation.pairs
-                  << "," << r.rejected_steps << "\n";
+                  << "," << r.rejected_steps << "," << r.train.top_regret << ","
+                  << r.validation.top_regret << "\n";
               csv.flush();
             }
             last = r;

@@ -174,13 +174,15 @@ def main():
              f"{len(samples)} samples over {len(pipelines)} pipelines. Target: CPU, S = 39.",
              "",
              "| file | trained on | held out | epochs | seconds (all starts) | seed (training loss "
-             "of each) | held-out ordering accuracy (pairs) | held-out loss (at start) | training "
-             "accuracy |",
-             "|---|---|---|---:|---:|---|---:|---:|---:|"]
+             "of each) | held-out ordering accuracy (pairs) | held-out top regret | held-out loss "
+             "(at start) | training accuracy |",
+             "|---|---|---|---:|---:|---|---:|---:|---:|---:|"]
 
     def row(name, held, first, last, secs, seed, losses):
         pairs = int(float(last["validation_pairs"]))
         acc = f"{float(last['validation_accuracy']):.3f} ({pairs})" if pairs else "-"
+        regret = (f"{float(last['validation_top_regret']):.3f}x"
+                  if pairs and "validation_top_regret" in last else "-")
         loss = (f"{float(last['validation_loss']):.4f} ({float(first['validation_loss']):.4f})"
                 if held != "-" else "-")
         n_held = len(pipelines.get(held, []))
@@ -189,7 +191,7 @@ def main():
         each = ", ".join(f"{s}: {l:.4f}" if l is not None and math.isfinite(l) else f"{s}: failed"
                          for s, l in losses.items())
         lines.append(f"| `{name}.weights` | {trained} | {held} | {last['epoch']} | {secs:.0f} | "
-                     f"{seed} ({each}) | {acc} | {loss} | {float(last['train_accuracy']):.3f} |")
+                     f"{seed} ({each}) | {acc} | {regret} | {loss} | {float(last['train_accuracy']):.3f} |")
         print(lines[-1], flush=True)
 
     # (file, held out, --validation, where the file goes)

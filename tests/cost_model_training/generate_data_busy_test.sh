@@ -4,7 +4,8 @@
 # left untimed with exit status 3 and a message that says so, and the same command run again once
 # the host may be used (--max-foreign-load inf, since ctest runs other tests beside this one)
 # times it into a complete sample whose bench.txt records the load beside it and the allocator it
-# ran under (that run keeps freed memory). Bad thresholds are refused by name, and so is a second
+# ran under (that run keeps freed memory) and its search.txt the rollout search the first run asked
+# for. Bad thresholds are refused by name, and so is a second
 # driver of the same shard on the same directory.
 # Usage: generate_data_busy_test.sh SOURCE_DIR BUILD_DIR WORK_DIR
 set -eu
@@ -28,7 +29,7 @@ for i in 1 2; do
 done
 trap 'kill $burners 2>/dev/null || true' EXIT
 rc=0
-gen --max-foreign-load 0.5 --busy-retries 1 --busy-wait 0 > "$work/busy.txt" 2>&1 || rc=$?
+gen --max-foreign-load 0.5 --busy-retries 1 --busy-wait 0 --rollout > "$work/busy.txt" 2>&1 || rc=$?
 kill $burners 2>/dev/null || true
 trap - EXIT
 test "$rc" -eq 3 || { echo "exit $rc on a busy host, expected 3"; cat "$work/busy.txt"; exit 1; }
@@ -47,6 +48,9 @@ grep -Eq "^host load beside the benchmark: [0-9]+\.[0-9]{2} cores" "$(dirname "$
   { cat "$(dirname "$sample")/bench.txt"; exit 1; }
 # The search says which plugin build made it, by content.
 grep -q "^plugin_sha256=$(sha256sum "$build/autoscheduler_plugin/libautoschedule_hkfac.so" | cut -d' ' -f1)\$" \
+  "$(dirname "$sample")/search.txt" || { cat "$(dirname "$sample")/search.txt"; exit 1; }
+# The search that built it (the first run) ended with the rollout search, and says so.
+grep -q "^HL_SEED=[0-9]* HL_BEAM_SIZE=1 HL_RANDOM_DROPOUT=[0-9]* HKFAC_ROLLOUT=1\$" \
   "$(dirname "$sample")/search.txt" || { cat "$(dirname "$sample")/search.txt"; exit 1; }
 # The timing says which allocator it had (the second run kept freed memory).
 grep -q "^allocator: freed memory kept (MALLOC_MMAP_THRESHOLD_=268435456, MALLOC_TRIM_THRESHOLD_=536870912)" \

@@ -23,8 +23,9 @@ for f in baseline "$held"; do
   test -s "$work/out/$f.weights" || { echo "no $f.weights"; exit 1; }
   grep -q "^| \`$f.weights\` |" "$work/log/records.md" || { echo "no record of $f"; exit 1; }
 done
-# The hold-out row names the held-out pipeline and reports an accuracy over some pairs.
-grep -E "^\| \`$held.weights\` \| [0-9]+ samples \| $held \| 2 \| [0-9]+ \| [234] \([^|]*\) \| [01]\.[0-9]{3} \([1-9][0-9]*\)" \
+# The hold-out row names the held-out pipeline and reports an accuracy over some pairs and the
+# top regret.
+grep -E "^\| \`$held.weights\` \| [0-9]+ samples \| $held \| 2 \| [0-9]+ \| [234] \([^|]*\) \| [01]\.[0-9]{3} \([1-9][0-9]*\) \| [1-9][0-9]*\.[0-9]{3}x \|" \
   "$work/log/records.md" >/dev/null || { echo "bad hold-out record:"; cat "$work/log/records.md"; exit 1; }
 # The kept seed is the one with the lower final training loss (the CSVs' last rows), and the
 # shipped file is that seed's weights byte for byte.

@@ -2,6 +2,7 @@
 // training that learns a teacher network's rankings.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <random>
 
@@ -143,6 +144,46 @@ TEST(RelativeThroughputLoss, SamplingAndNonPositiveRuntimesAreErrors) {
   EXPECT_THROW(loss.sample(kfac::ExampleSeeds{1, 0}), hkfac::Error);
   const kfac::Matrix bad = column({4.0f, 0.0f, 2.5f});
   EXPECT_THROW(RelativeThroughputLoss(p, &bad), hkfac::Error);
+}
+
+// The top regret against a reference computed by sorting: each pipeline's runtime of its
+// predicted-fastest schedule over its fastest, multiplied and rooted. A ranking right everywhere
+// but at its top has the accuracy of one wrong pair and the regret of that pick.
+TEST(Score, TopRegretIsTheGeometricMeanOfThePredictedFastestOverTheFastest) {
+  std::mt19937 rng(7);
+  std::uniform_real_distribution<float> ms(1.0f, 100.0f);
+  Score score;
+  double product = 1.0;
+  const int pipelines = 9;
+  for (int q = 0; q < pipelines; ++q) {
+    std::vector<float> p(3 + q), t(3 + q);
+    for (size_t i = 0; i < p.size(); ++i) {
+      p[i] = ms(rng);
+      t[i] = ms(rng);
+    }
+    std::vector<size_t> by_p(p.size()), by_t(p.size());
+    for (size_t i = 0; i < p.size(); ++i)
+      by_p[i] = by_t[i] = i;
+    std::sort(by_p.begin(), by_p.end(), [&](size_t a, size_t b) { return p[a] < p[b]; });
+    std::sort(by_t.begin(), by_t.end(), [&](size_t a, size_t b) { return t[a] < t[b]; });
+    product *= static_cast<double>(t[by_p[0]]) / t[by_t[0]];
+    accumulate_score(p, t, score);
+  }
+  accumulate_score({5.0f}, {1.0f}, score); // a lone schedule is not a choice
+  finish_score(score);
+  EXPECT_EQ(score.regret_pipelines, static_cast<size_t>(pipelines));
+  EXPECT_NEAR(score.top_regret, std::pow(product, 1.0 / pipelines), 1e-9);
+  EXPECT_GT(score.top_regret, 1.0);
+
+  Score top_wrong;
+  accumulate_score({2.0f, 1.0f, 3.0f, 4.0f}, {1.0f, 2.0f, 4.0f, 8.0f}, top_wrong);
+  finish_score(top_wrong);
+  EXPECT_EQ(top_wrong.pairs - top_wrong.correct, 1u);
+  EXPECT_DOUBLE_EQ(top_wrong.top_regret, 2.0);
+  Score right;
+  accumulate_score({1.0f, 2.0f, 3.0f, 4.0f}, {1.0f, 2.0f, 4.0f, 8.0f}, right);
+  finish_score(right);
+  EXPECT_DOUBLE_EQ(right.top_regret, 1.0);
 }
 
 // Synthetic pipelines whose runtimes come from a random "teacher" cost model (with noise), so a

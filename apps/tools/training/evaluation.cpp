@@ -2,6 +2,7 @@
 #include "evaluation.h"
 
 #include <algorithm>
+#include <cmath>
 
 #include "cost_model_net.h"
 #include "hkfac/kernels/cost_model.h"
@@ -52,12 +53,21 @@ void accumulate_score(const std::vector<float> &predicted, const std::vector<flo
   }
   score.correct += correct;
   score.pairs += pairs;
+  Eigen::Index picked, fastest;
+  p.minCoeff(&picked);
+  t.minCoeff(&fastest);
+  score.log_regret_sum += std::log(t(picked) / t(fastest));
+  ++score.regret_pipelines;
 }
 
 void finish_score(Score &score) {
   score.loss = score.schedules ? score.loss / static_cast<double>(score.schedules) : 0.0;
   score.accuracy =
       score.pairs ? static_cast<double>(score.correct) / static_cast<double>(score.pairs) : 0.0;
+  score.top_regret =
+      score.regret_pipelines
+          ? std::exp(score.log_regret_sum / static_cast<double>(score.regret_pipelines))
+          : 1.0;
 }
 
 Score evaluate(const Weights &w, const TrainingData &data, bool validation, int num_cores,
