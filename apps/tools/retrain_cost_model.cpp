@@ -65,6 +65,12 @@ ABSL_FLAG(double, kfac_norm_constraint, 3e-4,
 ABSL_FLAG(bool, kfac_serial_kernels, true,
           "K-FAC: run the steps' kernels on the calling thread (the network is small: waking the "
           "kernel thread pool between the optimizer's work costs more than it gives back)");
+ABSL_FLAG(double, top_choice_weight, 0,
+          "K-FAC: weight of the top-choice loss added to L_rel (the cross-entropy of which "
+          "schedule of a batch is fastest; 0: L_rel alone)");
+ABSL_FLAG(double, top_choice_temperature, 0.25,
+          "K-FAC: the top-choice loss's temperature in log-runtime (a schedule 2x slower than "
+          "the fastest weighs 2^(-1/T) of it)");
 ABSL_FLAG(bool, allow_version_mismatch, false,
           "Accept --initial_weights with other feature versions (e.g. Halide 14's)");
 
@@ -145,7 +151,7 @@ void check_optimizer_flags(cm::OptimizerKind optimizer, const std::set<std::stri
   static const char *const kfac_only[] = {
       "kfac_adaptive",      "kfac_rate",           "kfac_final_rate",       "kfac_damping",
       "kfac_momentum",      "kfac_inverse_period", "kfac_curvature_period", "kfac_norm_constraint",
-      "kfac_serial_kernels"};
+      "kfac_serial_kernels", "top_choice_weight",   "top_choice_temperature"};
   const bool kfac = optimizer == cm::OptimizerKind::kfac;
   const auto refuse = [&](const char *flag) {
     if (!named.count(flag))
@@ -238,6 +244,10 @@ cm::TrainOptions train_options() {
   else
     o.kfac_norm_constraint.reset();
   o.kfac_serial_kernels = absl::GetFlag(FLAGS_kfac_serial_kernels);
+  o.top_choice_weight =
+      positive_or_zero("top_choice_weight", absl::GetFlag(FLAGS_top_choice_weight));
+  o.top_choice_temperature =
+      positive("top_choice_temperature", absl::GetFlag(FLAGS_top_choice_temperature));
   return o;
 }
 

@@ -421,6 +421,36 @@ TEST(CostModelTraining, KfacCurvaturePeriodTrainsAndIsValidated) {
   }
 }
 
+// The top-choice term reaches the optimizer (the run goes elsewhere than L_rel alone), still
+// trains (the training loss at most 0.5x the start, the training top regret no worse), and is
+// refused under Adam, whose gradient is the kernel's L_rel alone.
+TEST(CostModelTraining, TopChoiceTermTrainsBesideLRel) {
+  const TrainingData data = synthetic_data(24, 24, 11, Split{Split::Kind::hash, ""});
+  TrainOptions o;
+  o.optimizer = OptimizerKind::kfac;
+  o.epochs = 12;
+  o.num_cores = 2;
+  o.top_choice_weight = 1.0;
+  std::vector<EpochRecord> r, plain;
+  train(data, random_weights(S, 77), o, [&](const EpochRecord &e) { r.push_back(e); });
+  ASSERT_EQ(r.size(), 13u);
+  EXPECT_EQ(r.back().rejected_steps, 0);
+  EXPECT_LT(r.back().train.loss, 0.5 * r.front().train.loss) << trajectory(r);
+  EXPECT_LE(r.back().train.top_regret, r.front().train.top_regret) << trajectory(r);
+  TrainOptions without = o;
+  without.top_choice_weight = 0.0;
+  train(data, random_weights(S, 77), without, [&](const EpochRecord &e) { plain.push_back(e); });
+  ASSERT_EQ(plain.size(), 13u);
+  EXPECT_NE(plain.back().train.loss, r.back().train.loss);
+  o.optimizer = OptimizerKind::adam;
+  try {
+    train(data, random_weights(S, 77), o, [](const EpochRecord &) {});
+    ADD_FAILURE() << "a top-choice weight under Adam was accepted";
+  } catch (const hkfac::Error &e) {
+    EXPECT_NE(std::string(e.what()).find("--top_choice_weight"), std::string::npos) << e.what();
+  }
+}
+
 // --schedules_per_visit: a pipeline of n training schedules is ceil(n / k) steps of an epoch
 // (counted here from the data, 9 and 2 schedules at k = 4: 3 + 1 steps; one each without), the
 // option reaches the optimizer, and a negative k is refused by name.

@@ -12,6 +12,7 @@
 #include "hkfac/kernels/cost_model.h"
 #include "hkfac/kfac/optimizer.h"
 #include "relative_throughput_loss.h"
+#include "top_choice_loss.h"
 
 namespace hkfac::cost_model {
 
@@ -192,6 +193,16 @@ Weights train(const TrainingData &data, const Weights &initial, const TrainOptio
     throw Error("--kfac_curvature_period must be >= 1, got " +
                 std::to_string(o.kfac_curvature_period));
   }
+  if (!(o.top_choice_weight >= 0) || !std::isfinite(o.top_choice_weight)) {
+    throw Error("--top_choice_weight must be finite and >= 0, got " +
+                std::to_string(o.top_choice_weight));
+  }
+  if (o.top_choice_weight > 0 && o.optimizer != OptimizerKind::kfac)
+    throw Error("--top_choice_weight is a K-FAC loss term; Adam trains on L_rel alone");
+  if (!(o.top_choice_temperature > 0) || !std::isfinite(o.top_choice_temperature)) {
+    throw Error("--top_choice_temperature must be finite and > 0, got " +
+                std::to_string(o.top_choice_temperature));
+  }
   if (initial.schedule_features() != data.schedule_features) {
     throw Error("the initial weights have S = " + std::to_string(initial.schedule_features()) +
                 " schedule features, the samples " + std::to_string(data.schedule_features));
@@ -212,9 +223,14 @@ Weights train(const TrainingData &data, const Weights &initial, const TrainOptio
   std::unique_ptr<kfac::Optimizer> kfac_opt;
   std::unique_ptr<Adam> adam;
   if (o.optimizer == OptimizerKind::kfac) {
-    kfac::ValueFunction value = [](const kfac::Matrix &outputs, const kfac::Batch &batch,
-                                   kfac::ValueContext &ctx) {
+    kfac::ValueFunction value = [o](const kfac::Matrix &outputs, const kfac::Batch &batch,
+                                    kfac::ValueContext &ctx) {
       ctx.losses().add(std::make_unique<RelativeThroughputLoss>(outputs, &batch.targets));
+      if (o.top_choice_weight > 0) {
+        ctx.losses().add(std::make_unique<TopChoiceLoss>(
+            outputs, &batch.targets, static_cast<float>(o.top_choice_temperature),
+            static_cast<float>(o.top_choice_weight)));
+      }
     };
     kfac_opt =
         std::make_unique<kfac::Optimizer>(net, value, kfac_options(o, stream.steps_per_epoch()));

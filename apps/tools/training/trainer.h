@@ -44,6 +44,11 @@ struct TrainOptions {
   int kfac_inverse_period = 5;
   int kfac_curvature_period = 1;
   double kfac_l2 = 1e-5;
+  // K-FAC: TopChoiceLoss at this weight and temperature added to L_rel (0: L_rel alone). L_rel
+  // orders many pairs right and can still rate a slow schedule fastest; this term is about the
+  // pick alone.
+  double top_choice_weight = 0.0;
+  double top_choice_temperature = 0.25;
   std::optional<double> kfac_norm_constraint = 3e-4;
   // OptimizerOptions::serial_kernels: the network's kernels take microseconds with the
   // optimizer's work between them, and the pool's workers, asleep by the next call, cost more to
