@@ -128,9 +128,10 @@ TEST(HalideFindings, RegisterTileWithTailsAlongBothDimensionsOfAConstantRegion) 
 }
 
 // A downsample: g(x) = f(2x) + f(2x + tap), f computed per tile of g (`tile` points, ShiftInwards,
-// so a constant region), both vectorized by 16 lanes of uint8. Returns how many points differ from
-// the sums by brute force.
-int downsample_in_tiles_wrong(int tile, int tap) {
+// so a constant region), both vectorized by 16 lanes of uint8, g's tail as `vector_tail` says.
+// Returns how many points differ from the sums by brute force.
+int downsample_in_tiles_wrong(int tile, int tap,
+                              TailStrategy vector_tail = TailStrategy::ShiftInwards) {
   Buffer<uint8_t> in(4096);
   in.for_each_element([&](int x) { in(x) = static_cast<uint8_t>(x * 7); });
   Var x("x"), xo("xo"), xi("xi");
@@ -138,7 +139,7 @@ int downsample_in_tiles_wrong(int tile, int tap) {
   f(x) = in(x) + 1;
   g(x) = f(2 * x) + f(2 * x + tap);
   g.split(x, xo, xi, tile, TailStrategy::ShiftInwards)
-      .vectorize(xi, 16, TailStrategy::ShiftInwards);
+      .vectorize(xi, 16, vector_tail);
   f.compute_at(g, xo).vectorize(x, 16);
   const Buffer<uint8_t> out = g.realize({1024}, kAvx2);
   int wrong = 0;
@@ -153,14 +154,17 @@ int downsample_in_tiles_wrong(int tile, int tap) {
 // 1010 and claims it 32-byte aligned (CodeGen_LLVM's strided load: the remainder of an exactly
 // known index, modulo 0, becomes 0), so the aligned load faults at an address 2 bytes off the
 // allocation's alignment. An odd tap of 1 (shifted base 1008) or a tile of 512 (no shifted
-// vector) is right. The Hkfac plugin keeps constant splits (fixed_dims.cpp) off outputs whose
-// tiles hold such a read; random seed 1437 crashed this way.
+// vector) is right, and so is a guarded tail (GuardWithIf: the predicated strided loads are
+// scalarized). The Hkfac plugin keeps constant splits (fixed_dims.cpp) off outputs whose tiles
+// hold such a read and guards the vectors of every Func that reads at a stride
+// (FuncModel::strided_lanes); random seeds 1437 and 1811 crashed this way.
 TEST(HalideFindings, StridedLoadAtAConstantOddIndexIsLoadedAligned) {
   EXPECT_EQ(downsample_in_tiles_wrong(520, 1), 0);
   EXPECT_EQ(downsample_in_tiles_wrong(512, 3), 0);
+  EXPECT_EQ(downsample_in_tiles_wrong(520, 3, TailStrategy::GuardWithIf), 0);
   EXPECT_EXIT(downsample_in_tiles_wrong(520, 3), testing::KilledBySignal(SIGSEGV), "")
-      << "Halide no longer loads this aligned: remove this finding and strided_reads_inside "
-         "(fixed_dims.cpp)";
+      << "Halide no longer loads this aligned: remove this finding, strided_reads_inside "
+         "(fixed_dims.cpp) and FuncModel::strided_lanes (loop_nest_model.h)";
 }
 
 // A three-point sum per tile of `tile` outputs (ShiftInwards, so acc's region is the constant

@@ -297,10 +297,13 @@ std::string outer_var(const FuncNode &f, const FuncChoice &c, const Box &region)
 // Splits dimension 0's innermost loop by the vector width and vectorizes it.
 // A Func slid along a tile loop (store_outer) guards its tail: a shifted-in last vector would
 // recompute columns before the slid region from producers whose folded storage has moved on.
-void vectorize_pure(Writer &w, const FuncNode &f, const std::string &v, double extent,
-                    int width, bool slid = false) {
+// So does one whose vectors read at a stride (FuncModel::strided_lanes says why).
+void vectorize_pure(Writer &w, const FuncNode &f, const FuncModel &m, const std::string &v,
+                    bool slid = false) {
+  const double extent = m.inner[0];
+  const int width = m.vector_width;
   w.split(0, v, false, v, v + "_v", width,
-          slid ? TailStrategy::GuardWithIf : pure_tail(f, extent, width));
+          slid || m.strided_lanes ? TailStrategy::GuardWithIf : pure_tail(f, extent, width));
   w.loop_type(0, v + "_v", false, "vectorize");
 }
 
@@ -499,7 +502,7 @@ void schedule_root_pure(Writer &w, const FuncNode &f, const FuncChoice &c, const
     w.loop_type(0, fused, false, "parallel");
   }
   if (m.vector_width > 1 && f.dims > 0)
-    vectorize_pure(w, f, inner_split[0] ? args[0] + "_i" : args[0], m.inner[0], m.vector_width);
+    vectorize_pure(w, f, m, inner_split[0] ? args[0] + "_i" : args[0]);
 }
 
 // Applies one Func's decision on a GPU target.
@@ -560,7 +563,7 @@ std::string apply_schedule(const PipelineAnalysis &dag, const State &state,
                    outer_var(site, state.choices[c.at_func], model.func(c.at_func).region));
       w.store_in_stack();
       if (m.vector_width > 1)
-        vectorize_pure(w, f, f.func.args()[0], m.inner[0], m.vector_width, c.store_outer);
+        vectorize_pure(w, f, m, f.func.args()[0], c.store_outer);
       schedule_updates(w, f, c, m);
       src << "\n";
       continue;

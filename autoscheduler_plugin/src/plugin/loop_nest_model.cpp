@@ -151,6 +151,21 @@ bool LoopNestModel::need_at_site(int producer, int site_func, SiteLevel level, B
   return !need.empty();
 }
 
+bool LoopNestModel::reads_strided_lanes(int id, int depth) const {
+  if (depth > 64)
+    return false;
+  for (const Access &a : dag_.funcs[id].stages[0].accesses) {
+    if (a.producer < 0)
+      continue;
+    if (a.lane_strided_calls > 0)
+      return true;
+    if (state_.choices[a.producer].placement == Placement::Inline &&
+        reads_strided_lanes(a.producer, depth + 1))
+      return true;
+  }
+  return false;
+}
+
 bool LoopNestModel::model_device(int id) {
   const FuncChoice &c = state_.choices[id];
   FuncModel &m = funcs_[id];
@@ -274,7 +289,8 @@ void LoopNestModel::model_func(int id) {
         m.tasks *= outer;
     }
   }
-  if (c.vectorize && f.dims > 0 && m.inner[0] >= f.vector_width)
+  m.strided_lanes = f.dims > 0 && reads_strided_lanes(id);
+  if (c.vectorize && f.dims > 0 && m.inner[0] >= (m.strided_lanes ? 2 : 1) * f.vector_width)
     m.vector_width = f.vector_width;
   if (dag_.gpu && !model_device(id))
     return;
@@ -287,7 +303,8 @@ void LoopNestModel::model_func(int id) {
     double inner = m.inner[d], computed = e;
     if (c.store_outer)
       inner = e; // and its vectors are guarded (apply_schedule)
-    else if (d == 0 && m.vector_width > 1 && shifts_inwards(f, inner, m.vector_width))
+    else if (d == 0 && m.vector_width > 1 && !m.strided_lanes &&
+             shifts_inwards(f, inner, m.vector_width))
       inner = std::ceil(inner / m.vector_width) * m.vector_width;
     if (m.split[d])
       computed = shifts_inwards(f, e, c.tile[d]) ? std::ceil(e / c.tile[d]) * inner : e;

@@ -24,6 +24,13 @@ struct FuncModel {
   double tasks = 1;          // parallel tasks per realization (1: serial)
   double outer_parallelism = 1; // parallel instances around one realization
   int vector_width = 1;      // lanes of the innermost dimension (1: scalar)
+  // Its vectors read a Func at a constant stride of 2 to 4 (a downsample), in its pure definition
+  // or through Funcs inlined into it. Where its region is a constant, Halide 14 marks such a load
+  // at a constant index off the stride aligned, and the aligned load may fault (docs/data.md,
+  // known scheduler bugs): a shifted-in last vector makes such an index, and so does a loop of
+  // one vector. So it guards its vector tail (GuardWithIf: the tail's predicated strided loads
+  // are scalarized) and is vectorized only over two vectors or more.
+  bool strided_lanes = false;
   double inlined_calls = 0;  // Inline: calls made to it in total
   double inline_fanout = 0;  // Inline: copies of its expression per point of a computed Func
   double points_total = 0;   // pure stage points over all realizations
@@ -69,6 +76,8 @@ private:
   bool need_at_site(int producer, int site_func, SiteLevel level, Box &need, int depth,
                     bool outer) const;
   void model_func(int id);
+  // FuncModel::strided_lanes of Func `id` under the state's inlining.
+  bool reads_strided_lanes(int id, int depth = 0) const;
   // GPU targets: a decided Func's kernel and the device limits it must keep; false if illegal.
   bool model_device(int id);
 
