@@ -200,6 +200,12 @@ cm::Weights initial_weights(const std::string &path, int S, bool allow_version_m
   }
 }
 
+std::string fixed3(double v) {
+  char text[32];
+  std::snprintf(text, sizeof text, "%.3f", v);
+  return text;
+}
+
 // Every numeric flag, checked before anything is loaded; the trainer's own checks would come
 // only after the samples were read, some (K-FAC's) only after the first epoch.
 cm::TrainOptions train_options() {
@@ -380,10 +386,13 @@ int main(int argc, char **argv) {
           const double shown_rate = o.optimizer == cm::OptimizerKind::kfac ? o.kfac_rate : rate;
           cm::Weights w = cm::train(data, start, o, [&](const cm::EpochRecord &r) {
             std::printf("[%s rate %g] epoch %d  %.1f s  train loss %.4f acc %.3f | validation "
-                        "loss %.4f acc %.3f (%zu pairs) top regret %.3fx%s\n",
+                        "loss %.4f acc %.3f (%zu pairs)%s%s\n",
                         opt_name.c_str(), shown_rate, r.epoch, r.seconds, r.train.loss,
                         r.train.accuracy, r.validation.loss, r.validation.accuracy,
-                        r.validation.pairs, r.validation.top_regret,
+                        r.validation.pairs,
+                        r.validation.regret_pipelines
+                            ? (" top regret " + fixed3(r.validation.top_regret) + "x").c_str()
+                            : "",
                         r.rejected_steps
                             ? (" " + std::to_string(r.rejected_steps) + " rejected steps").c_str()
                             : "");
