@@ -157,7 +157,8 @@ class Variant:
         self.env = env or {}  # variables set for its autoscheduling (--env-variant)
         self.plugin = plugin
         self.dir = re.sub(r"[^A-Za-z0-9_.-]", "_", scheduler)  # under WORK/<app>/
-        self.name = f"{app}_{self.dir.lower()}"
+        # The generated function's name: a C identifier whatever the column's label.
+        self.name = re.sub(r"[^a-z0-9_]", "_", f"{app}_{self.dir.lower()}")
         self.schedule_s = None  # the autoscheduler call alone, seconds
         self.generate_s = None  # full generator run (schedule + code generation), seconds
         self.rungen = None

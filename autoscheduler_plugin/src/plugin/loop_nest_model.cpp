@@ -303,8 +303,10 @@ void LoopNestModel::model_func(int id) {
     double inner = m.inner[d], computed = e;
     if (c.store_outer)
       inner = e; // and its vectors are guarded (apply_schedule)
-    else if (d == 0 && m.vector_width > 1 && !m.strided_lanes &&
-             shifts_inwards(f, inner, m.vector_width))
+    // A guarded strided tail (FuncModel::strided_lanes) is counted as the whole vector it
+    // replaces: Halide scalarizes it, which costs about as much.
+    else if (d == 0 && m.vector_width > 1 &&
+             (m.strided_lanes || shifts_inwards(f, inner, m.vector_width)))
       inner = std::ceil(inner / m.vector_width) * m.vector_width;
     if (m.split[d])
       computed = shifts_inwards(f, e, c.tile[d]) ? std::ceil(e / c.tile[d]) * inner : e;
