@@ -6,18 +6,11 @@
 #include <random>
 
 #include "hkfac/error.h"
+#include "loss_checks.h"
 #include "top_choice_loss.h"
 
 namespace hkfac::cost_model {
 namespace {
-
-kfac::Matrix column(std::initializer_list<float> v) {
-  kfac::Matrix m(static_cast<Eigen::Index>(v.size()), 1);
-  Eigen::Index i = 0;
-  for (float x : v)
-    m(i++, 0) = x;
-  return m;
-}
 
 double total(const TopChoiceLoss &l) { return l.values().sum(); }
 
@@ -78,19 +71,7 @@ TEST(TopChoiceLoss, CurvatureIsTheGaussNewtonMatrixThroughTheLogits) {
   const TopChoiceLoss loss(p, &t, 0.5f, 2.0f);
   const Eigen::MatrixXd gn = gauss_newton(p.cast<double>(), 0.5, 2.0);
   ASSERT_GT(std::abs(gn(0, 1)), 0.05); // the softmax couples the schedules
-  std::mt19937 rng(3);
-  std::normal_distribution<float> normal;
-  for (int trial = 0; trial < 3; ++trial) {
-    kfac::Matrix v(4, 1);
-    for (Eigen::Index n = 0; n < 4; ++n)
-      v(n, 0) = normal(rng);
-    const Eigen::VectorXd want = gn * v.cast<double>();
-    const kfac::Matrix fv = loss.multiply_fisher(v), hv = loss.multiply_hessian(v);
-    for (Eigen::Index n = 0; n < 4; ++n) {
-      EXPECT_NEAR(fv(n, 0), want(n), 1e-4 * (1 + std::abs(want(n)))) << trial << " " << n;
-      EXPECT_EQ(fv(n, 0), hv(n, 0));
-    }
-  }
+  expect_curvature_products(loss, gn);
   // The row-wise factor squares to the diagonal (see top_choice_loss.h).
   const kfac::Matrix v = column({1.0f, -2.0f, 0.5f, 3.0f});
   const kfac::Matrix llv = loss.multiply_fisher_factor(loss.multiply_fisher_factor(v));

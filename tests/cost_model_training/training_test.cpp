@@ -10,6 +10,7 @@
 #include "evaluation.h"
 #include "hkfac/error.h"
 #include "hkfac/kernels/cost_model.h"
+#include "loss_checks.h"
 #include "relative_throughput_loss.h"
 #include "trainer.h"
 
@@ -17,14 +18,6 @@ namespace hkfac::cost_model {
 namespace {
 
 constexpr int S = kCpuScheduleFeatures;
-
-kfac::Matrix column(std::initializer_list<float> v) {
-  kfac::Matrix m(static_cast<Eigen::Index>(v.size()), 1);
-  Eigen::Index i = 0;
-  for (float x : v)
-    m(i++, 0) = x;
-  return m;
-}
 
 double total(const RelativeThroughputLoss &l) { return l.values().sum(); }
 
@@ -85,19 +78,7 @@ TEST(RelativeThroughputLoss, CurvatureIsTheGaussNewtonMatrixWithTheReferenceCoup
   const RelativeThroughputLoss loss(p, &t, 0.5f);
   const Eigen::MatrixXd gn = gauss_newton(p.cast<double>(), t.cast<double>(), 0.5);
   ASSERT_GT(std::abs(gn(0, 1)), 0.05); // the reference (schedule 1) couples the others
-  std::mt19937 rng(3);
-  std::normal_distribution<float> normal;
-  for (int trial = 0; trial < 3; ++trial) {
-    kfac::Matrix v(4, 1);
-    for (Eigen::Index n = 0; n < 4; ++n)
-      v(n, 0) = normal(rng);
-    const Eigen::VectorXd want = gn * v.cast<double>();
-    const kfac::Matrix fv = loss.multiply_fisher(v), hv = loss.multiply_hessian(v);
-    for (Eigen::Index n = 0; n < 4; ++n) {
-      EXPECT_NEAR(fv(n, 0), want(n), 1e-4 * (1 + std::abs(want(n)))) << trial << " " << n;
-      EXPECT_EQ(fv(n, 0), hv(n, 0));
-    }
-  }
+  expect_curvature_products(loss, gn);
 }
 
 TEST(RelativeThroughputLoss, AtZeroResidualsTheCurvatureIsTheLossHessian) {

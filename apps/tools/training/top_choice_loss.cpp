@@ -29,7 +29,7 @@ TopChoiceLoss::TopChoiceLoss(const kfac::Matrix &predictions, const kfac::Matrix
     top_probabilities(*runtimes, true);
 }
 
-Eigen::VectorXd TopChoiceLoss::top_probabilities(const kfac::Matrix &x, bool runtimes) const {
+Eigen::VectorXd TopChoiceLoss::logits(const kfac::Matrix &x, bool runtimes) const {
   Eigen::VectorXd z(x.rows());
   for (Eigen::Index n = 0; n < x.rows(); ++n) {
     double v = x(n, 0);
@@ -41,6 +41,11 @@ Eigen::VectorXd TopChoiceLoss::top_probabilities(const kfac::Matrix &x, bool run
       v = std::max(v, kMinPrediction);
     z(n) = -std::log(v) / temperature_;
   }
+  return z;
+}
+
+Eigen::VectorXd TopChoiceLoss::top_probabilities(const kfac::Matrix &x, bool runtimes) const {
+  const Eigen::VectorXd z = logits(x, runtimes);
   // Shifted by the largest logit so that no exponential overflows.
   const Eigen::VectorXd e = (z.array() - z.maxCoeff()).exp();
   return e / e.sum();
@@ -54,9 +59,7 @@ double TopChoiceLoss::logit_slope(Eigen::Index n) const {
 Eigen::VectorXd TopChoiceLoss::values_on(const kfac::Matrix &targets) const {
   check_targets(targets, "TopChoiceLoss::values_on");
   const Eigen::VectorXd q = top_probabilities(targets, true);
-  Eigen::VectorXd z(inputs_.rows());
-  for (Eigen::Index n = 0; n < inputs_.rows(); ++n)
-    z(n) = -std::log(std::max<double>(inputs_(n, 0), kMinPrediction)) / temperature_;
+  const Eigen::VectorXd z = logits(inputs_, false);
   const double log_sum = z.maxCoeff() + std::log((z.array() - z.maxCoeff()).exp().sum());
   return weight_ * (q.array() * (log_sum - z.array())).matrix();
 }

@@ -39,8 +39,10 @@ public:
   kfac::Matrix multiply_fisher_factor(const kfac::Matrix &v) const override;
 
 private:
-  // softmax(-log(x) / τ) over the batch, in double; throws on non-positive or non-finite runtimes
-  // when `runtimes` (predictions are floored instead).
+  // -log(x) / τ in double; throws on non-positive or non-finite runtimes when `runtimes`
+  // (predictions are floored instead).
+  Eigen::VectorXd logits(const kfac::Matrix &x, bool runtimes) const;
+  // softmax(logits(x)) over the batch.
   Eigen::VectorXd top_probabilities(const kfac::Matrix &x, bool runtimes) const;
   // dz_n/dp_n, 0 where the prediction is floored.
   double logit_slope(Eigen::Index n) const;
