@@ -4,12 +4,15 @@
 Each round
   1. searches new schedules with the previous round's weights plus random dropout (the first
      round, with no weights yet, searches with a random cost model per schedule): --random-per-round
-     new random pipelines and, if --app-schedules, more schedules of every app;
+     new random pipelines and, if --app-schedules, more schedules of every app (with
+     --app-weights holdout, each app by the previous round's file that never saw it, as the bench
+     bed searches it); with --rollout every search ends with the rollout search, so that the
+     round times what the weights rate best, where their errors cost the most;
   2. benchmarks every new schedule and adds its sample (apps/tools/generate_data.py);
   3. retrains with K-FAC on all samples so far (apps/tools/train_weights.py): baseline.weights
      and one hold-one-out file per app, each the best of --train-seeds starts by training loss,
      and one more file, trained the same way, that holds out a fixed fifth of the pipelines
-     (mostly random ones) to measure ordering accuracy on pipelines never seen
+     (mostly random ones) to measure ordering accuracy and top regret on pipelines never seen
      (--pipelines-split);
      With --warm-start RATE, every round after the first starts each file from the previous
      round's file of the same name (an app's hold-out file from its own, which never saw it) at
@@ -69,9 +72,11 @@ def samples_under(d):
     return sorted(glob.glob(os.path.join(d, "*", "*", "*.sample")))
 
 
-def pooled_accuracy(csvs):
-    """Pairs ordered right over all pairs, from each run's last CSV row."""
+def pooled_validation(csvs):
+    """From each run's last CSV row: pairs ordered right over all pairs, and the geometric mean
+    of the runs' top regret (the held-out pick's runtime over the fastest, retrain_cost_model)."""
     right = pairs = 0.0
+    log_regrets = []
     for path in csvs:
         with open(path) as f:
             rows = list(csv.DictReader(f))
@@ -80,7 +85,11 @@ def pooled_accuracy(csvs):
         n = float(rows[-1]["validation_pairs"])
         right += float(rows[-1]["validation_accuracy"]) * n
         pairs += n
-    return (right / pairs if pairs else None), int(pairs)
+        regret = rows[-1].get("validation_top_regret", "")
+        if regret:
+            log_regrets.append(math.log(float(regret)))
+    regret = math.exp(sum(log_regrets) / len(log_regrets)) if log_regrets else None
+    return (right / pairs if pairs else None), int(pairs), regret
 
 
 def bench_summary(path):
@@ -121,6 +130,12 @@ def main():
     p.add_argument("--app-schedules", type=int, default=4,
                    help="new schedules of every app per round (0: random pipelines only)")
     p.add_argument("--apps", default="", help="comma-separated apps (default: all built)")
+    p.add_argument("--app-weights", dest="app_weights", choices=("baseline", "holdout"),
+                   default="baseline",
+                   help="which of the previous round's files searches an app: baseline.weights, "
+                        "or the app's hold-out file (what the bench bed searches with)")
+    p.add_argument("--rollout", action="store_true",
+                   help="every search ends with the rollout search (generate_data.py --rollout)")
     p.add_argument("--initial-weights", help="weights for the first round's search "
                    "(default: a random cost model per schedule)")
     p.add_argument("--placements", default="all;inline,tile,task,slide,nest,reorder,rsplit",
@@ -178,22 +193,33 @@ def main():
                "--scheduler", "Hkfac", "--plugin", plugin, "--random-generator", generator,
                "--jobs", str(args.jobs), "--max-foreign-load", str(args.max_foreign_load)]
         gen += ["--retain-freed-memory"] if args.retain_freed_memory else []
+        gen += ["--rollout"] if args.rollout else []
         # With weights: one full-beam schedule per pipeline and round, the rest greedy with
         # dropout. Without: greedy searches, each under its own random model.
-        gen += ["--weights", prev, "--full-beam", "1"] if prev else [
-            "--randomize-weights", "--full-beam", "0"]
         if args.placements:
             gen += ["--placements", args.placements]
-        generate(gen + ["--random", seeds, "--stages", args.stages,
-                        "--schedules", str(args.schedules)], logfile)
+        searched = ["--full-beam", "1"] if prev else ["--randomize-weights", "--full-beam", "0"]
+        generate(gen + searched + (["--weights", prev] if prev else []) +
+                 ["--random", seeds, "--stages", args.stages, "--schedules", str(args.schedules)],
+                 logfile)
         if args.app_schedules:
-            app_specs = []
-            for a in apps:
-                app_specs += ["--app", os.path.join(build, "apps", "pipelines",
-                                                    f"hkfac_pipeline_{a}") + f":{a}"]
-            generate(gen + app_specs + ["--schedules", str(args.app_schedules),
-                                        "--first-schedule", str(r * args.app_schedules)],
-                     logfile)
+            def app_spec(a):
+                return ["--app", os.path.join(build, "apps", "pipelines",
+                                              f"hkfac_pipeline_{a}") + f":{a}"]
+            more = ["--schedules", str(args.app_schedules),
+                    "--first-schedule", str(r * args.app_schedules)]
+            holdout = {a: os.path.join(work, f"round{r - 1}", f"{a}.weights") for a in apps}
+            if prev and args.app_weights == "holdout":
+                # One generation per app: each searched by the file trained without it.
+                for a in apps:
+                    if not os.path.exists(holdout[a]):
+                        sys.exit(f"learning_loop: --app-weights holdout: {holdout[a]} is missing "
+                                 f"(round {r - 1} had no samples of {a} to hold out)")
+                    generate(gen + searched + ["--weights", holdout[a]] + app_spec(a) + more,
+                             logfile)
+            else:
+                generate(gen + searched + (["--weights", prev] if prev else []) +
+                         [x for a in apps for x in app_spec(a)] + more, logfile)
         made = len(samples_under(samples)) - before
         gen_s = time.time() - t0
         log(f"round {r}: {made} new samples in {gen_s:.0f} s "
@@ -222,16 +248,20 @@ def main():
                  "--build", build, "--out", rdir, "--epochs", str(args.epochs),
                  "--seeds", str(args.train_seeds), "--jobs", str(args.jobs), "--pipelines-split",
                  "--log-dir", train_log] + start + ["--"] + args.extra + rate, logfile)
-        app_acc, app_pairs = pooled_accuracy(
+        app_acc, app_pairs, app_regret = pooled_validation(
             [os.path.join(train_log, f"{a}.csv") for a in apps
              if os.path.exists(os.path.join(train_log, f"{a}.csv"))])
-        split_acc, split_pairs = pooled_accuracy([split_csv])
+        split_acc, split_pairs, split_regret = pooled_validation([split_csv])
 
         record = {"round": r, "search_weights": prev or "random", "random_seeds": seeds,
+                  "rollout": args.rollout,
+                  "app_weights": args.app_weights if args.app_schedules and prev else None,
                   "new_samples": made, "samples": len(samples_under(samples)),
                   "generate_s": round(gen_s), "heldout_app_accuracy": app_acc,
-                  "heldout_app_pairs": app_pairs, "heldout_pipelines_accuracy": split_acc,
-                  "heldout_pipelines_pairs": split_pairs, "weights": rdir}
+                  "heldout_app_pairs": app_pairs, "heldout_app_top_regret": app_regret,
+                  "heldout_pipelines_accuracy": split_acc,
+                  "heldout_pipelines_pairs": split_pairs,
+                  "heldout_pipelines_top_regret": split_regret, "weights": rdir}
         if args.bench:
             bed_json = os.path.join(rdir, "bed.json")
             if not os.path.exists(bed_json):
@@ -251,15 +281,16 @@ def main():
 
         line = (f"| {r} | {record['search_weights'] if r == 0 else f'round {r - 1}'} | "
                 f"{made} | {record['samples']} | {fmt(app_acc)} ({app_pairs}) | "
-                f"{fmt(split_acc)} ({split_pairs}) | "
+                f"{fmt(app_regret)} | {fmt(split_acc)} ({split_pairs}) | {fmt(split_regret)} | "
                 + (fmt(record['bench']['geomean_to_best']) if record.get('bench') else "-")
                 + " |")
         md = os.path.join(work, "loop.md")
         if not os.path.exists(md):
             with open(md, "w") as f:
                 f.write("| round | searched with | new samples | samples | held-out app accuracy "
-                        "(pairs) | held-out pipelines accuracy (pairs) | bench geomean to the "
-                        "per-app best |\n|---:|---|---:|---:|---:|---:|---:|\n")
+                        "(pairs) | held-out app top regret | held-out pipelines accuracy (pairs) "
+                        "| held-out pipelines top regret | bench geomean to the per-app best |\n"
+                        "|---:|---|---:|---:|---:|---:|---:|---:|---:|\n")
         with open(md, "a") as f:
             f.write(line + "\n")
         log(f"round {r} done: {line}")

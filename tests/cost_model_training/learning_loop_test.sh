@@ -1,9 +1,10 @@
 #!/bin/sh
 # apps/tools/learning_loop.py end to end at a toy size: two rounds over three new small random
-# pipelines each. Round 0 must search with random models, round 1 with round 0's weights (a
-# plugin that could not load them would make no sample) and train from them (--warm-start), each
-# round must add samples and write its weights and records, and running the same command again
-# must change nothing (resume).
+# pipelines and one schedule of unsharp each. Round 0 must search with random models, round 1
+# with round 0's weights (a plugin that could not load them would make no sample; unsharp by its
+# hold-out file, every search ending with the rollout search) and train from them
+# (--warm-start), each round must add samples and write its weights and records, and running the
+# same command again must change nothing (resume).
 # Usage: learning_loop_test.sh SOURCE_DIR BUILD_DIR WORK_DIR
 set -eu
 src=$1 build=$2 work=$3
@@ -14,7 +15,7 @@ loop() {
   rounds=$1
   shift
   python3 "$src/apps/tools/learning_loop.py" --work "$work" --build "$build" --rounds "$rounds" \
-    --random-per-round 3 --stages 3:4 --schedules 2 --app-schedules 0 --epochs 2 --jobs 2 \
+    --random-per-round 3 --stages 3:4 --schedules 2 --apps unsharp --app-schedules 1 --epochs 2 --jobs 2 \
     --train-seeds 2 --max-foreign-load inf "$@"
 }
 field() { # field ROUND KEY: a value of loop.json
@@ -25,7 +26,26 @@ loop 1
 test "$(field 0 search_weights)" = random || { echo "round 0 did not use random models"; exit 1; }
 test "$(field 0 new_samples)" -gt 0 || { echo "round 0 made no sample"; exit 1; }
 test -s "$work/round0/baseline.weights" || { echo "no round 0 weights"; exit 1; }
-loop 2 --warm-start 0.02
+sha() { sha256sum "$1" | cut -d' ' -f1; }
+searched() { # searched SAMPLE_DIR WEIGHTS: the sample's search.txt names these weights, with the rollout search
+  grep -q "weights_sha256=$(sha "$2")" "$1/search.txt" && grep -q "HKFAC_ROLLOUT=1" "$1/search.txt" ||
+    { echo "$1 was not searched by $2 with the rollout search:"; cat "$1/search.txt"; exit 1; }
+}
+! grep -rq "HKFAC_ROLLOUT" "$work/samples" || { echo "round 0 searched with the rollout search"; exit 1; }
+test -s "$work/round0/unsharp.weights" || { echo "no round 0 hold-out file for unsharp"; exit 1; }
+round1="--warm-start 0.02 --app-weights holdout --rollout"
+loop 2 $round1
+searched "$work/samples/unsharp/unsharp_s1" "$work/round0/unsharp.weights"
+first=$(field 1 random_seeds | cut -d: -f1)
+searched "$(ls -d "$work"/samples/random_pipeline_*seed"$first"_*/*/ | head -1)" "$work/round0/baseline.weights"
+test "$(field 1 app_weights)" = holdout || { echo "round 1 app weights: $(field 1 app_weights)"; exit 1; }
+# Top regret, where a held-out set has one: a pick can be no faster than the fastest.
+for key in heldout_app_top_regret heldout_pipelines_top_regret; do
+  v=$(field 1 $key)
+  test "$v" = None || python3 -c "import sys; sys.exit(float(sys.argv[1]) < 1.0)" "$v" ||
+    { echo "$key $v below 1"; exit 1; }
+done
+grep -q "held-out pipelines top regret" "$work/loop.md" || { cat "$work/loop.md"; exit 1; }
 test "$(field 1 search_weights)" = "$work/round0/baseline.weights" ||
   { echo "round 1 searched with $(field 1 search_weights)"; exit 1; }
 test "$(field 1 new_samples)" -gt 0 || { echo "round 1 made no sample"; cat "$work/round1/steps.log"; exit 1; }
@@ -41,7 +61,7 @@ grep -q -- "--initial-weights $work/round1/start -- .*--kfac_rate=0.02\`" \
   "$work/round1/training/records.md" || { cat "$work/round1/training/records.md"; exit 1; }
 before=$(find "$work/samples" -name '*.sample' | wc -l)
 cp "$work/loop.json" "$work/loop.before"
-loop 2 --warm-start 0.02
+loop 2 $round1
 test "$(find "$work/samples" -name '*.sample' | wc -l)" = "$before" || { echo "resume made samples"; exit 1; }
 cmp -s "$work/loop.json" "$work/loop.before" || { echo "resume changed loop.json"; exit 1; }
 echo "learning_loop: ok"
