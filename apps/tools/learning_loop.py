@@ -189,15 +189,23 @@ def main():
         seeds = f"{args.first_seed + r * args.random_per_round}:{args.random_per_round}"
         log(f"round {r}: searching with {prev or 'random cost models'}; random seeds {seeds}")
 
+        # Checked before any search, so that a missing file costs no generation.
+        holdout = {a: os.path.join(work, f"round{r - 1}", f"{a}.weights") for a in apps}
+        by_holdout = bool(args.app_schedules and prev and args.app_weights == "holdout")
+        for a in apps if by_holdout else []:
+            if not os.path.exists(holdout[a]):
+                sys.exit(f"learning_loop: --app-weights holdout: {holdout[a]} is missing "
+                         f"(round {r - 1} had no samples of {a} to hold out)")
+
         gen = [sys.executable, os.path.join(HERE, "generate_data.py"), "--out", samples,
                "--scheduler", "Hkfac", "--plugin", plugin, "--random-generator", generator,
                "--jobs", str(args.jobs), "--max-foreign-load", str(args.max_foreign_load)]
         gen += ["--retain-freed-memory"] if args.retain_freed_memory else []
         gen += ["--rollout"] if args.rollout else []
-        # With weights: one full-beam schedule per pipeline and round, the rest greedy with
-        # dropout. Without: greedy searches, each under its own random model.
         if args.placements:
             gen += ["--placements", args.placements]
+        # With weights: one full-beam schedule per pipeline and round, the rest greedy with
+        # dropout. Without: greedy searches, each under its own random model.
         searched = ["--full-beam", "1"] if prev else ["--randomize-weights", "--full-beam", "0"]
         generate(gen + searched + (["--weights", prev] if prev else []) +
                  ["--random", seeds, "--stages", args.stages, "--schedules", str(args.schedules)],
@@ -208,13 +216,9 @@ def main():
                                               f"hkfac_pipeline_{a}") + f":{a}"]
             more = ["--schedules", str(args.app_schedules),
                     "--first-schedule", str(r * args.app_schedules)]
-            holdout = {a: os.path.join(work, f"round{r - 1}", f"{a}.weights") for a in apps}
-            if prev and args.app_weights == "holdout":
+            if by_holdout:
                 # One generation per app: each searched by the file trained without it.
                 for a in apps:
-                    if not os.path.exists(holdout[a]):
-                        sys.exit(f"learning_loop: --app-weights holdout: {holdout[a]} is missing "
-                                 f"(round {r - 1} had no samples of {a} to hold out)")
                     generate(gen + searched + ["--weights", holdout[a]] + app_spec(a) + more,
                              logfile)
             else:

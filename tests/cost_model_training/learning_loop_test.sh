@@ -64,4 +64,13 @@ cp "$work/loop.json" "$work/loop.before"
 loop 2 $round1
 test "$(find "$work/samples" -name '*.sample' | wc -l)" = "$before" || { echo "resume made samples"; exit 1; }
 cmp -s "$work/loop.json" "$work/loop.before" || { echo "resume changed loop.json"; exit 1; }
+# --app-weights holdout where the previous round has no hold-out file of an app (round 0 made
+# no app sample): a clear error before any search.
+work=$work.nofile
+rm -rf "$work"
+loop 1 --app-schedules 0
+before=$(find "$work/samples" -name '*.sample' | wc -l)
+if loop 2 --app-weights holdout > "$work.log" 2>&1; then echo "a missing hold-out file was accepted"; exit 1; fi
+grep -q "round0/unsharp.weights is missing" "$work.log" || { cat "$work.log"; exit 1; }
+test "$(find "$work/samples" -name '*.sample' | wc -l)" = "$before" || { echo "searched before the error"; exit 1; }
 echo "learning_loop: ok"
