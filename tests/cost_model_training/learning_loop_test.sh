@@ -26,6 +26,8 @@ loop 1
 test "$(field 0 search_weights)" = random || { echo "round 0 did not use random models"; exit 1; }
 test "$(field 0 new_samples)" -gt 0 || { echo "round 0 made no sample"; exit 1; }
 test -s "$work/round0/baseline.weights" || { echo "no round 0 weights"; exit 1; }
+# Round 0's one unsharp schedule leaves its hold-out file no pick to judge: no top regret.
+test "$(field 0 heldout_app_top_regret)" = None || { echo "round 0 app top regret $(field 0 heldout_app_top_regret)"; exit 1; }
 sha() { sha256sum "$1" | cut -d' ' -f1; }
 searched() { # searched SAMPLE_DIR WEIGHTS: the sample's search.txt names these weights, with the rollout search
   grep -q "weights_sha256=$(sha "$2")" "$1/search.txt" && grep -q "HKFAC_ROLLOUT=1" "$1/search.txt" ||
