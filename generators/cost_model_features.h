@@ -45,7 +45,7 @@ enum CpuFeature : int {
   kCpuInnermostBytesAtRealization = 14,   // feature 11 along the innermost storage dimension only
   kCpuInnermostBytesAtProduction = 15,    // feature 12 along the innermost storage dimension only
   kCpuInnermostBytesAtRoot = 16,          // feature 13 along the innermost storage dimension only
-  kCpuInlinedCalls = 17,                  // calls made to it when it is inlined (0 otherwise)
+  kCpuInlinedCalls = 17,                  // inlined: copies of it computed, CSE-shared calls once
   kCpuUniqueBytesReadPerRealization = 18, // distinct bytes of its inputs read per allocation
   kCpuUniqueLinesReadPerRealization = 19, // distinct cache lines of its inputs per allocation
   kCpuAllocationBytesReadPerRealization = 20, // bytes of the producers' allocations read per alloc.
@@ -91,7 +91,7 @@ enum GpuFeature : int {
   kGpuInnermostBytesAtRealization = 14,       // as kCpuInnermostBytesAtRealization
   kGpuInnermostBytesAtProduction = 15,        // as kCpuInnermostBytesAtProduction
   kGpuInnermostBytesAtRoot = 16,              // as kCpuInnermostBytesAtRoot
-  kGpuInlinedCalls = 17,                      // as kCpuInlinedCalls
+  kGpuInlinedCalls = 17,                      // calls made to it when inlined (0 otherwise)
   kGpuUniqueBytesReadPerRealization = 18,     // as kCpuUniqueBytesReadPerRealization
   kGpuUniqueLinesReadPerRealization = 19,     // as kCpuUniqueLinesReadPerRealization
   kGpuAllocationBytesReadPerRealization = 20, // as kCpuAllocationBytesReadPerRealization

@@ -1360,3 +1360,29 @@ TEST_F(HkfacPlugin, UpdatesVectorizedAlongAHigherDimensionComputeThePlainSchedul
 }
 
 } // namespace
+
+// An inlined Func's work is counted once per copy that survives Halide's common-subexpression
+// elimination, counted by hand: g(x, c) = (t * 2 + 1) * (t - 3) + c with t = in(x) costs 6
+// (a load, four operations, the add of c; the constant c costs nothing). In f = g(x, 0) + g(x, 1)
+// the five before the add of c are shared: 5 + 2 = 7 of the 12 two copies would cost, 7 / 6
+// copies per point. In f = g(x, 0) + g(x + 1, 1) the calls share nothing: 2 copies.
+TEST_F(HkfacPlugin, FeaturizationCountsInlinedCallsThatShareWorkOnce) {
+  const int w = 64;
+  for (bool shared : {true, false}) {
+    ImageParam in(Float(32), 1, "in");
+    Func f("f"), g("g");
+    Var x("x"), c("c");
+    g(x, c) = (in(x) * 2.0f + 1.0f) * (in(x) - 3.0f) + cast<float>(c);
+    f(x) = g(x, 0) + g(shared ? x : x + 1, 1);
+    in.set_estimates({{0, w + 1}});
+    f.set_estimates({{0, w}});
+    ScopedEnv inline_only("HKFAC_PLACEMENTS", "inline");
+    AutoSchedulerResults r = Pipeline(f).auto_schedule("Hkfac", kTarget, machine());
+    const std::vector<float> v = floats(r.featurization);
+    // in_im, g, f.
+    ASSERT_EQ(v.size(), 3u * (kS + kAlgo));
+    const float *gs = v.data() + (kS + kAlgo);
+    EXPECT_EQ(gs[4], 0) << "g is inlined";
+    EXPECT_FLOAT_EQ(gs[17], (shared ? 7.0f / 6.0f : 2.0f) * w) << r.schedule_source;
+  }
+}

@@ -93,7 +93,7 @@ TEST_P(WeightsFile, WriterEmitsHandBuiltLittleEndianBytesAndReaderParsesThem) {
   std::vector<uint8_t> expected;
   push_le32(expected, 0x68776631);
   push_le32(expected, 101);
-  push_le32(expected, s == 39 ? 104 : 200);
+  push_le32(expected, s == 39 ? 105 : 200);
   push_le32(expected, 6);
   uint32_t bits = 0x3f800000; // 1.0f, then its successors: distinct, finite, endian-revealing
   for (int b = 0; b < cm::kNumWeightBuffers; b++) {
@@ -148,7 +148,7 @@ TEST(WeightsFile, WrongVersionIsAnErrorUnlessAllowed) {
   put_le32(bytes, 4, 101);
   put_le32(bytes, 8, 200); // the GPU version on a CPU-shaped file
   msg = error_of([&] { parse(bytes); });
-  EXPECT_NE(msg.find("schedule features version: expected 104, found 200"), std::string::npos)
+  EXPECT_NE(msg.find("schedule features version: expected 105, found 200"), std::string::npos)
       << msg;
   cm::WeightsLoadOptions allow;
   allow.allow_version_mismatch = true;
@@ -160,7 +160,7 @@ TEST(WeightsFile, OurVersionForTheOtherScheduleFeatureCountIsRefusedBySavingAndL
   cm::Weights w = cm::make_weights(39);
   w.schedule_features_version = cm::kGpuScheduleFeaturesVersion;
   std::string msg = error_of([&] { cm::serialize_weights(w); });
-  EXPECT_NE(msg.find("schedule features version: expected 104 for S = 39, found 200"),
+  EXPECT_NE(msg.find("schedule features version: expected 105 for S = 39, found 200"),
             std::string::npos)
       << msg;
   ScratchDir dir;
@@ -173,7 +173,7 @@ TEST(WeightsFile, OurVersionForTheOtherScheduleFeatureCountIsRefusedBySavingAndL
   cm::WeightsLoadOptions allow;
   allow.allow_version_mismatch = true;
   msg = error_of([&] { parse(bytes, allow); });
-  EXPECT_NE(msg.find("expected 200 for S = 73, found 104"), std::string::npos) << msg;
+  EXPECT_NE(msg.find("expected 200 for S = 73, found 105"), std::string::npos) << msg;
   // Halide's version is not ours, so it is written as given.
   w.schedule_features_version = cm::kHalideAdams2019Version;
   EXPECT_NO_THROW(cm::serialize_weights(w));

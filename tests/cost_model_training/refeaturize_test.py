@@ -10,7 +10,9 @@ anywhere else (a pure stage's per-vector feature, an algorithm feature, its leng
 refused by name and not written. Then bgu, whose moments update has an innermost RVar of 8, the
 extent a block of rows may have too: a blocked schedule's file as 103 wrote it is carried to the
 reference with its schedule source, refused by name without one, and left as it is with a source
-that blocks nothing.
+that blocks nothing. Last, bgu with affine inlined: its row as 104 wrote it (every call counted)
+is carried to the reference, the reference itself is left as it is, and a row that is neither is
+refused by name.
 
   refeaturize_test.py SOURCE_DIR BUILD_DIR WORK_DIR
 """
@@ -26,6 +28,7 @@ ROW = S + A
 PER_VECTOR = (26, 27, 31, 32)  # scalar, vector loads; unique bytes, lines per vector
 VECTOR_SIZE = 22
 UNROLLED = 8
+INLINED = 17  # an inlined Func's work: copies of it computed (calls, before 105)
 
 
 def floats(path):
@@ -42,9 +45,9 @@ def write(path, values, trailer=b""):
 PURE_UNROLL = re.compile(r"^\s*(\w+)\.update\((\d+)\)\.unroll\((\w+)\);", re.M)
 
 
-def featurize(build, app, out_dir, seed):
+def featurize(build, app, out_dir, seed, log=False):
     """The plugin's schedule and featurization of `app` under random model `seed`: (command,
-    stage rows by (func, stage index), features, schedule source)."""
+    stage rows by (func, stage index), features, schedule source[, the plugin's log])."""
     gen = os.path.join(build, "apps", "pipelines", f"hkfac_pipeline_{app}")
     plugin = os.path.join(build, "autoscheduler_plugin", "libautoschedule_hkfac.so")
     os.makedirs(out_dir, exist_ok=True)
@@ -67,7 +70,7 @@ def featurize(build, app, out_dir, seed):
     assert len(ref) == ROW * r, (len(ref), r)
     with open(os.path.join(out_dir, f"{app}.schedule.h")) as f:
         source = f.read()
-    return cmd, rows, ref, source
+    return (cmd, rows, ref, source, out) if log else (cmd, rows, ref, source)
 
 
 def unrolled_vars(source, func):
@@ -178,20 +181,43 @@ def main():
     sample(archive, "bgu", 2, per_row, bcmd)           # no source: refused
     sample(archive, "bgu", 3, per_row, bcmd, no_block)  # a source that blocks nothing: as it is
 
+    # bgu's affine inlined into output, whose four calls share the trilinear lookup's work after
+    # CSE: version 104 counted all four calls (INLINED), 105 the copies the plugin logs
+    # ("affine in output.0: K of 4"). A schedule that computes model (affine's producer), so
+    # affine's row is the only one that changes.
+    for seed in range(1, 61):
+        icmd, irows, iref, isource, log = featurize(build, "bgu", os.path.join(work, f"i{seed}"),
+                                                     seed, log=True)
+        affine, model = irows[("affine", 0)], irows[("model", 0)]
+        if iref[affine * ROW + INLINED] > 0 and iref[model * ROW + INLINED] == 0:
+            break
+    else:
+        raise AssertionError("no random model of 60 inlined affine and computed model")
+    copies = float(re.search(r"affine in output\.0: ([0-9.]+) of 4;", log).group(1))
+    assert 1 < copies < 4, copies
+    by_calls = list(iref)
+    by_calls[affine * ROW + INLINED] = iref[affine * ROW + INLINED] * 4 / copies
+    sample(archive, "bgu", 4, by_calls, icmd, isource)  # 104's count: carried to the reference
+    sample(archive, "bgu", 5, iref, icmd, isource)      # already 105's: as it is
+    twice = list(by_calls)
+    twice[affine * ROW + INLINED] *= 2
+    sample(archive, "bgu", 6, twice, icmd, isource)     # neither: refused
+
     out_dir = os.path.join(work, "out")
     r = run_refeaturize(src, build, archive, out_dir)
     assert r.returncode == 1, "refused files must make the run fail"
     for k in (0, 1, 5):
         carried(out_dir, "cuda_mat_mul", k, ref)
-    for k, want in ((0, bblocked), (1, bblocked), (3, per_row)):
+    for k, want in ((0, bblocked), (1, bblocked), (3, per_row), (4, iref), (5, iref)):
         carried(out_dir, "bgu", k, want)
     for app, k, why in (("cuda_mat_mul", 2, "where nothing changed"),
                         ("cuda_mat_mul", 3, "other algorithm features"),
                         ("cuda_mat_mul", 4, "holds"),
-                        ("bgu", 2, "no schedule source tells which")):
+                        ("bgu", 2, "no schedule source tells which"),
+                        ("bgu", 6, "inlined calls")):
         refused(out_dir, r.stdout, app, k, why)
-    assert "4 refused" in r.stdout, r.stdout
-    print("refeaturize: 6 carried to the plugin's featurization, 4 refused by name")
+    assert "5 refused" in r.stdout, r.stdout
+    print("refeaturize: 8 carried to the plugin's featurization, 5 refused by name")
 
 
 if __name__ == "__main__":

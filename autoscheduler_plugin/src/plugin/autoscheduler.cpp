@@ -68,6 +68,15 @@ void autoschedule(const Pipeline &pipeline, const Target &target, const MachineP
       for (const FuncNode &f : dag.funcs)
         names += " " + f.name + "(" + std::to_string(f.stages.size()) + ")";
       log_line(params, 2, "Funcs in realization order:" + names);
+      std::ostringstream shared;
+      for (const FuncNode &f : dag.funcs)
+        for (const StageNode &s : f.stages)
+          for (const Access &a : s.accesses)
+            if (a.producer >= 0 && a.inline_copies > 0 && a.inline_copies < a.calls)
+              shared << " " << a.name << " in " << f.name << "." << s.index << ": "
+                     << a.inline_copies << " of " << a.calls << ";";
+      if (!shared.str().empty())
+        log_line(params, 2, "inlined calls that CSE shares:" + shared.str());
     }
     if (!params.refeaturize_list.empty())
       refeaturize(dag, params, params.refeaturize_list);

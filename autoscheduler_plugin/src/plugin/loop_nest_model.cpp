@@ -206,10 +206,12 @@ void LoopNestModel::model_func(int id) {
       const FuncModel &gm = funcs_[g];
       const std::vector<StageNode> &stages = dag_.funcs[g].stages;
       for (const StageNode &s : stages) {
-        double calls = 0;
+        double calls = 0, copies = 0;
         for (const Access &a : s.accesses)
-          if (a.producer == id)
+          if (a.producer == id) {
             calls += a.calls;
+            copies += a.inline_copies;
+          }
         if (calls == 0)
           continue;
         // An update runs once per point of its own domain (its RDom times its pure loops), not
@@ -218,6 +220,7 @@ void LoopNestModel::model_func(int id) {
                                      ? 1.0
                                      : s.points_minimum / stages[0].points_minimum;
         m.inlined_calls += calls * (gm.computed ? gm.points_total * per_point : gm.inlined_calls);
+        m.inlined_work += copies * (gm.computed ? gm.points_total * per_point : gm.inlined_work);
         m.inline_fanout += calls * (gm.computed ? 1.0 : gm.inline_fanout);
       }
     }

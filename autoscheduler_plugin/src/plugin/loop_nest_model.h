@@ -32,6 +32,9 @@ struct FuncModel {
   // are scalarized) and is vectorized only over two vectors or more.
   bool strided_lanes = false;
   double inlined_calls = 0;  // Inline: calls made to it in total
+  // Inline: copies of its work computed in total, calls that common-subexpression elimination
+  // shares counted once (Access::inline_copies); what the CPU features count.
+  double inlined_work = 0;
   double inline_fanout = 0;  // Inline: copies of its expression per point of a computed Func
   double points_total = 0;   // pure stage points over all realizations
   double points_computed = 0; // pure stage points per realization, ShiftInwards overlaps counted

@@ -5,6 +5,8 @@
 #include <map>
 #include <set>
 
+#include "inline_sharing.h"
+
 
 namespace hkfac::sched {
 
@@ -113,6 +115,17 @@ double constant_of(const Expr &e, const std::string &what) {
   input_check(false) << "Hkfac: " << what << " is not a constant after applying the estimates: " << s
              << "\n";
   return 0;
+}
+
+// What a stage computes: its values, and an update's coordinates and predicate.
+std::vector<Expr> stage_exprs(const Definition &def, bool update) {
+  std::vector<Expr> exprs = def.values();
+  if (update) {
+    exprs.insert(exprs.end(), def.args().begin(), def.args().end());
+    if (def.predicate().defined())
+      exprs.push_back(def.predicate());
+  }
+  return exprs;
 }
 
 // Whether a required region is a single point whatever the loop bounds.
@@ -264,15 +277,12 @@ PipelineAnalysis::PipelineAnalysis(const std::vector<Function> &outputs, const T
         s.loops.push_back(l);
       }
 
-      std::vector<Expr> exprs = def.values();
+      const std::vector<Expr> exprs = stage_exprs(def, di > 0);
       if (di > 0) {
         ReadsData coordinates;
         for (const Expr &a : def.args())
           a.accept(&coordinates);
         s.scatters = coordinates.found;
-        exprs.insert(exprs.end(), def.args().begin(), def.args().end());
-        if (def.predicate().defined())
-          exprs.push_back(def.predicate());
       }
       Scope<Interval> scope;
       std::vector<std::string> symbols;
@@ -388,6 +398,23 @@ PipelineAnalysis::PipelineAnalysis(const std::vector<Function> &outputs, const T
                    !n.gathers_one_point;
     if (n.gathers_one_point)
       n.vector_width = 1;
+  }
+  for (FuncNode &n : funcs) {
+    for (StageNode &s : n.stages) {
+      if (n.is_extern)
+        continue;
+      const Definition &def = s.index == 0 ? n.func.definition() : n.func.update(s.index - 1);
+      const std::vector<Expr> exprs = stage_exprs(def, s.index > 0);
+      // Every pure producer, not only those the search may inline: archived schedules of
+      // earlier rules inline some that it no longer does (refeaturize.h).
+      for (Access &a : s.accesses) {
+        if (a.producer < 0)
+          continue;
+        const FuncNode &p = funcs[a.producer];
+        if (!p.is_extern && !p.func.has_update_definition())
+          a.inline_copies = inlined_copies(exprs, p.func, a.calls);
+      }
+    }
   }
 
   // Root regions, consumers first: outputs from their estimates, producers from the union of

@@ -59,6 +59,9 @@ struct Access {
   // Calls independent of the pure variable of dimension 1, where an update loops over it: a
   // schedule that blocks the update by rows (update_nest.h) loads them once for all its rows.
   int row_shared_calls = 0;
+  // Where the producer is inlined: the copies of its work one point of the stage computes after
+  // common-subexpression elimination (inline_sharing.h), 1 to `calls`.
+  double inline_copies = 0;
 };
 
 // A stage: the pure definition (index 0) or an update of a Func.

@@ -1,6 +1,7 @@
 // Rewriting archived featurizations with the current per-vector load features (see refeaturize.h).
 #include "refeaturize.h"
 
+#include <algorithm>
 #include <cmath>
 #include <cstring>
 #include <fstream>
@@ -25,6 +26,59 @@ namespace {
 constexpr int kS = kCpuFeatureCount;
 constexpr int kPerVector[] = {kCpuScalarLoadsPerVector, kCpuVectorLoadsPerVector,
                               kCpuUniqueBytesReadPerVector, kCpuUniqueLinesReadPerVector};
+
+// Rewrites the inlined Funcs' work (kCpuInlinedCalls) from calls to copies after CSE
+// (Access::inline_copies), consumers first as LoopNestModel counts them: a consumer's multiplier
+// is its points computed (a computed Func's row) or its own inlined work. A row that is neither
+// what calls give (version 104) nor what copies give (already carried) was made by other code.
+std::string patch_inlined(const PipelineAnalysis &dag, std::vector<float> &f, int &rows_changed) {
+  const size_t row = f.size() / std::max(1, dag.num_stages);
+  const int n = static_cast<int>(dag.funcs.size());
+  std::vector<size_t> first(n);
+  for (int id = 0, r = 0; id < n; r += static_cast<int>(dag.funcs[id].stages.size()), ++id)
+    first[id] = static_cast<size_t>(r);
+  auto at = [&](int id) { return f.data() + first[id] * row; };
+  std::vector<double> calls(n, 0), copies(n, 0); // inlined work by calls, and by copies
+  for (int id = n - 1; id >= 0; --id) {
+    float *o = at(id);
+    if (!(o[kCpuInlinedCalls] > 0))
+      continue;
+    const FuncNode &fn = dag.funcs[id];
+    if (fn.is_extern || fn.stages.size() != 1)
+      return "stage " + std::to_string(first[id]) + " (" + fn.name + ") is inlined and cannot be";
+    for (int g : fn.consumers) {
+      const std::vector<StageNode> &stages = dag.funcs[g].stages;
+      const bool computed = !(at(g)[kCpuInlinedCalls] > 0);
+      for (const StageNode &s : stages) {
+        double c = 0, k = 0;
+        for (const Access &a : s.accesses)
+          if (a.producer == id) {
+            c += a.calls;
+            k += a.inline_copies;
+          }
+        const double per_point = s.index == 0 || !(stages[0].points_minimum > 0)
+                                     ? 1.0
+                                     : s.points_minimum / stages[0].points_minimum;
+        const double points = at(g)[kCpuPointsTotal] * per_point;
+        calls[id] += c * (computed ? points : calls[g]);
+        copies[id] += k * (computed ? points : copies[g]);
+      }
+    }
+    const double was = o[kCpuInlinedCalls];
+    auto near = [&](double v) { return std::fabs(v - was) <= 1e-4 * was; };
+    if (static_cast<float>(copies[id]) == o[kCpuInlinedCalls] || near(copies[id])) {
+      copies[id] = was; // carried already (or the calls share nothing)
+      continue;
+    }
+    if (!near(calls[id]))
+      return "stage " + std::to_string(first[id]) + " (" + fn.name + ") has " +
+             std::to_string(was) + " inlined calls, recomputed " + std::to_string(calls[id]);
+    calls[id] = was;
+    o[kCpuInlinedCalls] = static_cast<float>(copies[id]);
+    ++rows_changed;
+  }
+  return {};
+}
 
 // Rewrites one featurization in place in `f`; an empty string, or why it does not fit.
 // `blocked`: the updates the schedule's source unrolls a pure Var of ("func.k" for func's
@@ -87,7 +141,7 @@ std::string patch(const PipelineAnalysis &dag, const Parameters &params,
       ++r;
     }
   }
-  return {};
+  return patch_inlined(dag, f, rows_changed);
 }
 
 } // namespace

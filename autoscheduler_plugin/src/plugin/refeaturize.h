@@ -12,10 +12,13 @@ namespace hkfac::sched {
 // Version 102 classified an update stage's loads against its innermost RVar even where the
 // schedule vectorizes the pure dimension 0; version 103 classifies them against the vectorized
 // loop (Access::lane_*); version 104 counts a row-blocked update's row-independent loads once
-// per block (Access::row_shared_calls). Only the four per-vector load features of vectorized
-// updates differ, and the file itself holds the stage's vector width and its blocked rows (its
-// unrolled extent), so each archived .featurization of this pipeline named in `list_file`
-// ("old new" per line) is rewritten with those four recomputed and written to `new`. Where an
+// per block (Access::row_shared_calls); version 105 counts an inlined Func's work in the copies
+// that survive common-subexpression elimination (Access::inline_copies), not in calls. Only the
+// four per-vector load features of vectorized updates and the inlined Funcs' work differ, and
+// the file itself holds the stage's vector width, its blocked rows (its unrolled extent), which
+// Funcs are inlined and the points their computed consumers compute, so each archived
+// .featurization of this pipeline named in `list_file` ("old new" per line) is rewritten with
+// those recomputed and written to `new`. Where an
 // update's unrolled extent may be blocked rows or an unrolled innermost RVar alike, a third
 // field tells which: the updates whose schedule source unrolls a pure Var, comma-separated
 // "func.k" for func.update(k), or "-" for none. A file whose size or algorithm features do not

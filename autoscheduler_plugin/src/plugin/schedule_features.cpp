@@ -52,7 +52,7 @@ void cpu_schedule_features(const PipelineAnalysis &dag, const State &state,
       if (c.placement == Placement::Undecided)
         continue;
       if (!m.computed) {
-        o[kCpuInlinedCalls] = static_cast<float>(m.inlined_calls);
+        o[kCpuInlinedCalls] = static_cast<float>(m.inlined_work);
         continue;
       }
       // The stage's loop extents per realization: pure loops over the region, RVars whole.

@@ -34,16 +34,17 @@
 namespace hkfac::cost_model {
 
 constexpr uint32_t kWeightsSignature = 0x68776631;
-// Our feature versions: the Hkfac plugin's featurization (101 / 104 CPU, 200 GPU). Halide 14's
+// Our feature versions: the Hkfac plugin's featurization (101 / 105 CPU, 200 GPU). Halide 14's
 // Adams2019 files carry 3 in both fields, and so do weights trained on Adams2019's samples.
 // 100 marked an earlier stamping of Adams2019-trained weights; CPU schedule features 101
 // counted points without ShiftInwards overlaps and an update's inlined calls per pure point,
 // 102 classified a vectorized update's loads against its innermost RVar instead of its vector
-// lanes, and 103 counted a row-blocked update's row-independent loads once per row instead of
-// once per block (apps/tools/refeaturize.py carries 102 and 103 samples to 104); no current
-// file carries them.
+// lanes, 103 counted a row-blocked update's row-independent loads once per row instead of
+// once per block, and 104 counted an inlined Func's calls in full where common-subexpression
+// elimination shares their work (apps/tools/refeaturize.py carries 102 to 104 samples to 105);
+// no current file carries them.
 constexpr uint32_t kPipelineFeaturesVersion = 101;
-constexpr uint32_t kCpuScheduleFeaturesVersion = 104;
+constexpr uint32_t kCpuScheduleFeaturesVersion = 105;
 constexpr uint32_t kGpuScheduleFeaturesVersion = 200;
 constexpr uint32_t kHalideAdams2019Version = 3;
 
@@ -61,7 +62,7 @@ constexpr int kNumWeightBuffers = 6;
 extern const std::array<const char *, kNumWeightBuffers> kWeightBufferNames;
 extern const std::array<const char *, kNumWeightBuffers> kWeightsDirFileNames;
 
-// The schedule-features version we write for S schedule features (39 -> 104, 73 -> 200).
+// The schedule-features version we write for S schedule features (39 -> 105, 73 -> 200).
 // Throws hkfac::Error for any other S.
 uint32_t schedule_features_version_for(int schedule_features);
 
@@ -96,7 +97,7 @@ Weights make_weights(int schedule_features);
 Weights random_weights(int schedule_features, uint64_t seed);
 
 // Checks shapes (against S = head2_filter's dimension 1, which must be 39 or 73), that the
-// schedule-features version, if it is one of ours (104, 200), is S's, and that every value is
+// schedule-features version, if it is one of ours (105, 200), is S's, and that every value is
 // finite. `name` prefixes the error messages. Other versions (Halide's 3) pass: saving writes
 // them as given.
 void validate_weights(const Weights &w, const std::string &name = "weights");
