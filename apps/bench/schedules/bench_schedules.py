@@ -48,12 +48,14 @@ def parse_args():
                         "registers it (repeatable), e.g. Hkfac=build/libautoschedule_hkfac.so")
     p.add_argument("--only-extra", action="store_true",
                    help="run only the --scheduler entries (plus the baseline)")
-    p.add_argument("--holdout-weights", metavar="DIR",
-                   help="Hkfac searches each app with DIR/<app>.weights (its hold-one-out file)")
+    p.add_argument("--holdout-weights", metavar="DIR[:DIR...]",
+                   help="Hkfac searches each app with DIR/<app>.weights (its hold-one-out file; "
+                        "several DIRs: the ensemble of their files)")
     p.add_argument("--weights-variant", action="append", default=[],
-                   metavar="LABEL=DIR[,PLUGIN.so]",
+                   metavar="LABEL=DIR[:DIR...][,PLUGIN.so]",
                    help="one more Hkfac column, 'Hkfac LABEL', searching each app with "
-                        "DIR/<app>.weights (repeatable; needs --scheduler Hkfac=...): two weight "
+                        "DIR/<app>.weights (repeatable; needs --scheduler Hkfac=...; several DIRs "
+                        "make an ensemble, HL_WEIGHTS_DIR=DIR1/<app>.weights:...): two weight "
                         "sets side by side in one interleaved run; PLUGIN.so, another build of "
                         "the Hkfac plugin, for weights of another feature version")
     p.add_argument("--env-variant", action="append", default=[],
@@ -224,8 +226,10 @@ def build_variant(cfg, v, args, target, work):
             return
     env = dict(os.environ, HKFAC_TIMED_SCHEDULER=v.registered)
     if v.weights_dir:
-        # Each app scheduled with the weights trained without it (weights/README.md).
-        env["HL_WEIGHTS_DIR"] = os.path.join(v.weights_dir, f"{v.app}.weights")
+        # Each app scheduled with the weights trained without it (weights/README.md); several
+        # directories (DIR:DIR...) make an ensemble of their files.
+        env["HL_WEIGHTS_DIR"] = ":".join(os.path.join(d, f"{v.app}.weights")
+                                         for d in v.weights_dir.split(":"))
     if args.hkfac_beam and v.registered == "Hkfac":
         env["HL_BEAM_SIZE"] = str(args.hkfac_beam)
     env.update(v.env)
@@ -505,13 +509,14 @@ def main():
     for spec in args.weights_variant:
         label, _, rest = spec.partition("=")
         wdir, _, plugin = rest.partition(",")
-        if not label or not wdir or not os.path.isdir(wdir):
-            sys.exit(f"--weights-variant {spec}: expected LABEL=DIR with an existing directory")
+        if not label or not wdir or not all(os.path.isdir(d) for d in wdir.split(":")):
+            sys.exit(f"--weights-variant {spec}: expected LABEL=DIR[:DIR...] with existing "
+                     "directories")
         if plugin and not os.path.exists(plugin):
             sys.exit(f"--weights-variant {spec}: no plugin {plugin}")
         if "Hkfac" not in plugins:
             sys.exit(f"--weights-variant {spec}: needs --scheduler Hkfac=PLUGIN.so")
-        weight_variants[f"Hkfac {label}"] = (os.path.abspath(wdir),
+        weight_variants[f"Hkfac {label}"] = (":".join(os.path.abspath(d) for d in wdir.split(":")),
                                              os.path.abspath(plugin) if plugin else plugins["Hkfac"])
         schedulers.append(f"Hkfac {label}")
     env_variants = {}  # column -> {variable: value}

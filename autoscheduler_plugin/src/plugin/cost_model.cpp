@@ -1,6 +1,7 @@
 // Batching schedules through the cost-model kernel (see cost_model.h).
 #include "cost_model.h"
 
+#include <algorithm>
 #include <chrono>
 #include <cmath>
 #include <thread>
@@ -59,16 +60,29 @@ void CostModel::evaluate(std::vector<State *> &states) {
         for (int f = 0; f < S_; ++f)
           features(n, f, s) = rows[(static_cast<size_t>(n) * stages + s) * S_ + f];
     auto t1 = std::chrono::steady_clock::now();
+    // The ensemble's geometric mean: the mean of the members' log predictions.
+    std::vector<double> log_sum(batch, 0.0);
+    std::vector<char> finite(batch, 1);
     Buffer<float> predictions(batch);
-    kernels::cost_model_predict(pipeline_features_, features, weights_, params_.parallelism,
-                                predictions, Device::cpu);
+    for (const kernels::CostModelWeights &w : weights_) {
+      kernels::cost_model_predict(pipeline_features_, features, w, params_.parallelism,
+                                  predictions, Device::cpu);
+      for (int n = 0; n < batch; ++n) {
+        const float p = predictions(n);
+        // A cost is a sum of non-negative terms; a state with nothing to pay for yet costs 0.
+        finite[n] &= std::isfinite(p);
+        if (finite[n])
+          log_sum[n] += std::log(std::max(static_cast<double>(p), 1e-30));
+      }
+    }
     auto t2 = std::chrono::steady_clock::now();
     featurize_s_ += std::chrono::duration<double>(t1 - t0).count();
     network_s_ += std::chrono::duration<double>(t2 - t1).count();
     for (int n = 0; n < batch; ++n) {
-      const float p = predictions(n);
-      states[first + n]->cost =
-          legal[n] && std::isfinite(p) ? static_cast<double>(p) : INFINITY;
+      const double p = weights_.size() == 1 ? static_cast<double>(predictions(n))
+                       : finite[n]           ? std::exp(log_sum[n] / weights_.size())
+                                             : INFINITY;
+      states[first + n]->cost = legal[n] && std::isfinite(p) ? p : INFINITY;
     }
     evaluated_ += batch;
   }

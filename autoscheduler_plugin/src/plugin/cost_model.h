@@ -17,6 +17,10 @@ namespace hkfac::sched {
 // .weights file or an old six-file directory), else the baseline embedded in the plugin; a file
 // that fails validation is the user's error with the reader's message, never a silent switch to
 // random weights, which only HL_RANDOMIZE_WEIGHTS asks for (data generation).
+// An ensemble (HL_WEIGHTS_DIR=a.weights:b.weights:...) predicts the geometric mean of its
+// members' predictions, so that one member's extrapolation to a cheap schedule the others rate
+// dear moves the score by only part of its gap (file sets trained alike pick schedules up to 27x
+// apart on the apps; two members did not outvote such errors, docs/RESULTS.md).
 class CostModel {
 public:
   CostModel(const PipelineAnalysis &dag, const Parameters &params);
@@ -34,7 +38,7 @@ private:
   const Parameters &params_;
   const int S_; // schedule features per stage (schedule_feature_count)
   Buffer<float> pipeline_features_;
-  kernels::CostModelWeights weights_;
+  std::vector<kernels::CostModelWeights> weights_; // one per ensemble member
   std::string source_;
   long long evaluated_ = 0;
   double featurize_s_ = 0, network_s_ = 0;

@@ -60,44 +60,58 @@ Weights gpu_prior_weights() {
 
 } // namespace
 
-kernels::CostModelWeights load_plugin_weights(const Parameters &params, int schedule_features,
-                                              std::string &source) {
-  Weights w;
+std::vector<kernels::CostModelWeights> load_plugin_weights(const Parameters &params,
+                                                           int schedule_features,
+                                                           std::string &source) {
   WeightsLoadOptions opt;
   opt.expected_schedule_features = schedule_features;
   opt.allow_version_mismatch = params.allow_version_mismatch;
   const char *hint = " (weights trained on another featurization predict nothing useful for "
                      "Hkfac's; HKFAC_ALLOW_VERSION_MISMATCH=1 loads them anyway)";
+  std::vector<Weights> all;
   if (params.randomize_weights) {
-    w = random_weights(schedule_features, params.weights_seed);
+    all.push_back(random_weights(schedule_features, params.weights_seed));
     source = "random weights (seed " + std::to_string(params.weights_seed) + ")";
   } else if (!params.weights_path.empty()) {
-    try {
-      w = load_weights(params.weights_path, opt);
-    } catch (const hkfac::Error &e) {
-      input_check(false) << "Hkfac: HL_WEIGHTS_DIR: " << e.what() << hint << "\n";
+    for (size_t at = 0; at <= params.weights_path.size();) {
+      const size_t colon = std::min(params.weights_path.find(':', at), params.weights_path.size());
+      const std::string path = params.weights_path.substr(at, colon - at);
+      at = colon + 1;
+      input_check(!path.empty()) << "Hkfac: HL_WEIGHTS_DIR=\"" << params.weights_path
+                                 << "\" has an empty entry in its ':'-separated list\n";
+      try {
+        all.push_back(load_weights(path, opt));
+      } catch (const hkfac::Error &e) {
+        input_check(false) << "Hkfac: HL_WEIGHTS_DIR: " << e.what() << hint << "\n";
+      }
     }
     source = params.weights_path;
+    if (all.size() > 1)
+      source = "an ensemble of " + std::to_string(all.size()) + " (" + source + ")";
   } else if (schedule_features == kGpuScheduleFeatures) {
-    w = gpu_prior_weights();
+    all.push_back(gpu_prior_weights());
     source = "the GPU prior (hand-set cost-term coefficients; no GPU-trained weights yet)";
   } else {
     try {
-      w = parse_weights(embedded_baseline_weights(), embedded_baseline_weights_size(),
-                        "the embedded weights/baseline.weights", opt);
+      all.push_back(parse_weights(embedded_baseline_weights(), embedded_baseline_weights_size(),
+                                  "the embedded weights/baseline.weights", opt));
     } catch (const hkfac::Error &e) {
       input_check(false) << "Hkfac: " << e.what() << hint << "\n";
     }
     source = "embedded weights/baseline.weights";
   }
-  kernels::CostModelWeights k;
-  k.head1_filter = w.head1_filter;
-  k.head1_bias = w.head1_bias;
-  k.head2_filter = w.head2_filter;
-  k.head2_bias = w.head2_bias;
-  k.conv1_filter = w.conv1_filter;
-  k.conv1_bias = w.conv1_bias;
-  return k;
+  std::vector<kernels::CostModelWeights> out;
+  for (const Weights &w : all) {
+    kernels::CostModelWeights k;
+    k.head1_filter = w.head1_filter;
+    k.head1_bias = w.head1_bias;
+    k.head2_filter = w.head2_filter;
+    k.head2_bias = w.head2_bias;
+    k.conv1_filter = w.conv1_filter;
+    k.conv1_bias = w.conv1_bias;
+    out.push_back(k);
+  }
+  return out;
 }
 
 } // namespace hkfac::sched

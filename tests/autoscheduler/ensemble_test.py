@@ -1,0 +1,69 @@
+#!/usr/bin/env python3
+"""An ensemble of weights files (HL_WEIGHTS_DIR=a.weights:b.weights) scores a schedule with the
+geometric mean of what each file predicts for it alone, as the predict tool computes it from the
+schedule's featurization; an empty entry or a missing member is an error naming it.
+
+  ensemble_test.py SOURCE_DIR BUILD_DIR WORK_DIR
+"""
+import math
+import os
+import re
+import shutil
+import struct
+import subprocess
+import sys
+
+
+def schedule(build, work, weights, tag):
+    """Runs unsharp's generator with Hkfac and `weights`: (exit code, log, featurization path)."""
+    out = os.path.join(work, tag)
+    os.makedirs(out, exist_ok=True)
+    cmd = [os.path.join(build, "apps", "pipelines", "hkfac_pipeline_unsharp"), "-g", "unsharp",
+           "-f", "unsharp", "-o", out, "-e", "schedule,featurization",
+           "-p", os.path.join(build, "autoscheduler_plugin", "libautoschedule_hkfac.so"),
+           "-s", "Hkfac", "target=x86-64-linux-avx-avx2-f16c-fma-sse41-no_runtime",
+           "auto_schedule=true", "machine_params=2,16777216,40"]
+    env = dict(os.environ, HL_WEIGHTS_DIR=weights, HL_BEAM_SIZE="1", HL_DEBUG_AUTOSCHEDULE="1")
+    r = subprocess.run(cmd, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    return r.returncode, r.stdout, os.path.join(out, "unsharp.featurization")
+
+
+def predict(build, work, weights, featurization):
+    """What the predict tool makes of a featurization under one weights file."""
+    sample = os.path.join(work, "s.sample")
+    with open(featurization, "rb") as f, open(sample, "wb") as s:
+        s.write(f.read() + struct.pack("<fii", 1.0, 0, 0))
+    listing, csv = os.path.join(work, "list.txt"), os.path.join(work, "p.csv")
+    with open(listing, "w") as f:
+        f.write(sample + "\n")
+    subprocess.run([os.path.join(build, "apps", "tools", "predict"), f"--weights={weights}",
+                    f"--samples={listing}", "--num_cores=2", f"--predictions_file={csv}"],
+                   check=True, stdout=subprocess.DEVNULL)
+    with open(csv) as f:
+        return float(f.read().strip().splitlines()[-1].split(",")[1])
+
+
+def main():
+    src, build, work = sys.argv[1:4]
+    shutil.rmtree(work, ignore_errors=True)
+    os.makedirs(work)
+    # Two files trained on different data (each without one app): different models.
+    a, b = (os.path.join(src, "weights", f"{app}.weights") for app in ("bgu", "harris"))
+    rc, log, feat = schedule(build, work, f"{a}:{b}", "ensemble")
+    assert rc == 0, log
+    assert "an ensemble of 2" in log, log
+    cost = float(re.search(r"predicted cost ([0-9.eE+-]+)", log).group(1))
+    pa, pb = predict(build, work, a, feat), predict(build, work, b, feat)
+    assert abs(pa - pb) > 1e-3 * max(pa, pb), f"the members agree ({pa}, {pb}): no test"
+    mean = math.sqrt(pa * pb)
+    assert abs(cost - mean) <= 1e-4 * mean, f"ensemble {cost}, geometric mean of {pa}, {pb}: {mean}"
+
+    for weights, why in ((f"{a}::{b}", "empty entry"),
+                         (f"{a}:{os.path.join(work, 'none.weights')}", "none.weights")):
+        rc, log, _ = schedule(build, work, weights, "bad")
+        assert "HL_WEIGHTS_DIR" in log and why in log, f"{weights}: no error naming {why}:\n{log}"
+    print(f"ensemble: {cost:.6g} = sqrt({pa:.6g} * {pb:.6g}); bad lists named")
+
+
+if __name__ == "__main__":
+    main()
