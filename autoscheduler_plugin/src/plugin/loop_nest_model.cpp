@@ -206,21 +206,13 @@ void LoopNestModel::model_func(int id) {
       const FuncModel &gm = funcs_[g];
       const std::vector<StageNode> &stages = dag_.funcs[g].stages;
       for (const StageNode &s : stages) {
-        double calls = 0, copies = 0;
-        for (const Access &a : s.accesses)
-          if (a.producer == id) {
-            calls += a.calls;
-            copies += a.inline_copies;
-          }
+        const double calls = s.calls_to(id);
         if (calls == 0)
           continue;
-        // An update runs once per point of its own domain (its RDom times its pure loops), not
-        // once per point of the Func: scaled from the pure stage by their sizes at root.
-        const double per_point = s.index == 0 || !(stages[0].points_minimum > 0)
-                                     ? 1.0
-                                     : s.points_minimum / stages[0].points_minimum;
-        m.inlined_calls += calls * (gm.computed ? gm.points_total * per_point : gm.inlined_calls);
-        m.inlined_work += copies * (gm.computed ? gm.points_total * per_point : gm.inlined_work);
+        const double copies = s.copies_of(id);
+        const double points = gm.points_total * s.runs_per_point;
+        m.inlined_calls += calls * (gm.computed ? points : gm.inlined_calls);
+        m.inlined_work += copies * (gm.computed ? points : gm.inlined_work);
         m.inline_fanout += calls * (gm.computed ? 1.0 : gm.inline_fanout);
       }
     }

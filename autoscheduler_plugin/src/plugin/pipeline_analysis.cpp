@@ -37,6 +37,22 @@ void box_union_into(Box &into, const Box &b) {
   }
 }
 
+double StageNode::calls_to(int producer) const {
+  double c = 0;
+  for (const Access &a : accesses)
+    if (a.producer == producer)
+      c += a.calls;
+  return c;
+}
+
+double StageNode::copies_of(int producer) const {
+  double c = 0;
+  for (const Access &a : accesses)
+    if (a.producer == producer)
+      c += a.inline_copies;
+  return c;
+}
+
 std::vector<double> StageNode::box_values(const Box &func_region) const {
   std::vector<double> v(loops.size() * 2);
   for (size_t i = 0; i < loops.size(); ++i) {
@@ -458,6 +474,8 @@ PipelineAnalysis::PipelineAnalysis(const std::vector<Function> &outputs, const T
           points *= l.is_rvar ? std::max(l.rextent, 1.0) : n.root_region[l.pure_arg].extent();
       }
       s.points_minimum = points;
+      if (s.index > 0 && n.stages[0].points_minimum > 0)
+        s.runs_per_point = points / n.stages[0].points_minimum;
       for (Access &a : s.accesses) {
         if (a.producer < 0)
           continue;

@@ -77,6 +77,13 @@ struct StageNode {
   // An update whose store coordinates read a Func or buffer (a histogram's bin): a scatter.
   bool scatters = false;
   double points_minimum = 0; // points computed when every Func is at root
+  // Runs of the stage per point of its Func's pure stage: an update runs once per point of its
+  // own domain (its RDom times its pure loops), scaled from the pure stage by their sizes at root.
+  double runs_per_point = 1;
+  // Call sites of `producer` in the stage, and the copies of its work they compute when it is
+  // inlined (Access::inline_copies).
+  double calls_to(int producer) const;
+  double copies_of(int producer) const;
   // Symbols the accesses' bounds read: loop i's min and max at 2i and 2i + 1.
   std::vector<double> box_values(const Box &func_region) const;
 };

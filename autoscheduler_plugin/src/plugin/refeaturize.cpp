@@ -50,16 +50,8 @@ std::string patch_inlined(const PipelineAnalysis &dag, std::vector<float> &f, in
       const std::vector<StageNode> &stages = dag.funcs[g].stages;
       const bool computed = !(at(g)[kCpuInlinedCalls] > 0);
       for (const StageNode &s : stages) {
-        double c = 0, k = 0;
-        for (const Access &a : s.accesses)
-          if (a.producer == id) {
-            c += a.calls;
-            k += a.inline_copies;
-          }
-        const double per_point = s.index == 0 || !(stages[0].points_minimum > 0)
-                                     ? 1.0
-                                     : s.points_minimum / stages[0].points_minimum;
-        const double points = at(g)[kCpuPointsTotal] * per_point;
+        const double points = at(g)[kCpuPointsTotal] * s.runs_per_point;
+        const double c = s.calls_to(id), k = s.copies_of(id);
         calls[id] += c * (computed ? points : calls[g]);
         copies[id] += k * (computed ? points : copies[g]);
       }
