@@ -1,18 +1,22 @@
 // Writes the cost model's prediction for every sample, and its ordering accuracy and top regret
-// over them.
+// over them. Several weights files separated by ':' predict as the plugin's ensemble does (the
+// median of the members' predictions, hkfac/cost_model/ensemble.h).
 #include <absl/flags/flag.h>
 
 #include <cstdio>
 #include <iostream>
 #include <sstream>
 
+#include "hkfac/cost_model/ensemble.h"
 #include "hkfac/cost_model/samples.h"
 #include "hkfac/cost_model/weights.h"
 #include "hkfac/error.h"
 #include "tool_main.h"
 #include "training/evaluation.h"
 
-ABSL_FLAG(std::string, weights, "", "The .weights file or weights directory (required)");
+ABSL_FLAG(std::string, weights, "",
+          "The .weights file or weights directory, or several files separated by ':' (an "
+          "ensemble: the median of their predictions) (required)");
 ABSL_FLAG(std::string, predictions_file, "",
           "Write 'path,predicted,measured_ms' per sample here (default: stdout)");
 ABSL_FLAG(std::string, samples, "", "File listing .sample paths, one per line (default: stdin)");
@@ -25,7 +29,7 @@ int main(int argc, char **argv) {
   return hkfac::tools::run_tool(
       argc, argv, "predict", "predict.cpp",
       "Predicts the runtime of every sample (paths on stdin or --samples).\n"
-      "  predict --weights=W.weights [--predictions_file=OUT.csv] < samples.txt",
+      "  predict --weights=W.weights[:W2.weights...] [--predictions_file=OUT.csv] < samples.txt",
       [](const std::vector<std::string> &args) {
         if (!args.empty())
           throw hkfac::Error("unexpected argument '" + args.front() + "'");
@@ -40,7 +44,13 @@ int main(int argc, char **argv) {
         cm::WeightsLoadOptions load;
         load.expected_schedule_features = S;
         load.allow_version_mismatch = absl::GetFlag(FLAGS_allow_version_mismatch);
-        const cm::Weights w = cm::load_weights(weights, load);
+        std::vector<cm::Weights> members;
+        try {
+          for (const std::string &path : cm::split_weights_list(weights))
+            members.push_back(cm::load_weights(path, load));
+        } catch (const hkfac::Error &e) {
+          throw hkfac::Error(std::string("--weights: ") + e.what());
+        }
 
         std::vector<std::string> paths;
         if (const std::string list = absl::GetFlag(FLAGS_samples); !list.empty()) {
@@ -67,7 +77,16 @@ int main(int argc, char **argv) {
         os << "path,predicted,measured_ms\n";
         cm::Score score;
         for (const cm::PipelineData &p : data.pipelines) {
-          const std::vector<float> predicted = cm::predict(w, p, p.train, cores);
+          std::vector<std::vector<float>> by_member;
+          for (const cm::Weights &w : members)
+            by_member.push_back(cm::predict(w, p, p.train, cores));
+          std::vector<float> predicted;
+          for (size_t k = 0; k < p.train.size(); ++k) {
+            std::vector<float> of_k;
+            for (const std::vector<float> &m : by_member)
+              of_k.push_back(m[k]);
+            predicted.push_back(static_cast<float>(cm::ensemble_prediction(of_k)));
+          }
           std::vector<float> measured;
           for (size_t k = 0; k < p.train.size(); ++k) {
             const int i = p.train[k];

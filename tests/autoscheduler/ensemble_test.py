@@ -1,7 +1,9 @@
 #!/usr/bin/env python3
-"""An ensemble of weights files (HL_WEIGHTS_DIR=a.weights:b.weights) scores a schedule with the
-geometric mean of what each file predicts for it alone, as the predict tool computes it from the
-schedule's featurization; an empty entry or a missing member is an error naming it.
+"""An ensemble of weights files (HL_WEIGHTS_DIR=a.weights:b.weights:...) scores a schedule with the
+median of what each file predicts for it alone, as the predict tool computes it from the schedule's
+featurization: of two members their geometric mean, of three the middle one, whichever file that
+is, and the predict tool scores the list alike; an empty entry or a missing member is an error
+naming it.
 
   ensemble_test.py SOURCE_DIR BUILD_DIR WORK_DIR
 """
@@ -47,8 +49,8 @@ def main():
     src, build, work = sys.argv[1:4]
     shutil.rmtree(work, ignore_errors=True)
     os.makedirs(work)
-    # Two files trained on different data (each without one app): different models.
-    a, b = (os.path.join(src, "weights", f"{app}.weights") for app in ("bgu", "harris"))
+    # Files trained on different data (each without one app): different models.
+    a, b, c = (os.path.join(src, "weights", f"{app}.weights") for app in ("bgu", "harris", "hist"))
     rc, log, feat = schedule(build, work, f"{a}:{b}", "ensemble")
     assert rc == 0, log
     assert "an ensemble of 2" in log, log
@@ -58,11 +60,28 @@ def main():
     mean = math.sqrt(pa * pb)
     assert abs(cost - mean) <= 1e-4 * mean, f"ensemble {cost}, geometric mean of {pa}, {pb}: {mean}"
 
+    # Three members: the middle prediction, not the mean; the order of the list does not matter.
+    costs = []
+    for order in ((a, b, c), (c, a, b)):
+        rc, log, feat3 = schedule(build, work, ":".join(order), "ensemble3")
+        assert rc == 0 and "an ensemble of 3" in log, log
+        costs.append(float(re.search(r"predicted cost ([0-9.eE+-]+)", log).group(1)))
+    p3 = sorted(predict(build, work, w, feat3) for w in (a, b, c))
+    assert p3[2] - p3[0] > 1e-3 * p3[2], f"the members agree ({p3}): no test"
+    mid, gmean = p3[1], (p3[0] * p3[1] * p3[2]) ** (1 / 3)
+    assert abs(mid - gmean) > 1e-3 * mid, f"median and geometric mean agree ({p3}): no test"
+    for c3 in costs:
+        assert abs(c3 - mid) <= 1e-4 * mid, f"ensemble of 3 {c3}, median of {p3}: {mid}"
+    # The predict tool scores the same list as the plugin does.
+    listed = predict(build, work, ":".join((c, b, a)), feat3)
+    assert abs(listed - mid) <= 1e-4 * mid, f"predict of the list {listed}, median {mid}"
+
     for weights, why in ((f"{a}::{b}", "empty entry"),
                          (f"{a}:{os.path.join(work, 'none.weights')}", "none.weights")):
         rc, log, _ = schedule(build, work, weights, "bad")
         assert "HL_WEIGHTS_DIR" in log and why in log, f"{weights}: no error naming {why}:\n{log}"
-    print(f"ensemble: {cost:.6g} = sqrt({pa:.6g} * {pb:.6g}); bad lists named")
+    print(f"ensemble: {cost:.6g} = sqrt({pa:.6g} * {pb:.6g}); of three {costs[0]:.6g} = median of "
+          f"{', '.join(f'{p:.6g}' for p in p3)}; bad lists named")
 
 
 if __name__ == "__main__":

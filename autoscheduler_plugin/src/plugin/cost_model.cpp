@@ -7,6 +7,7 @@
 #include <thread>
 
 #include "cost_model_features.h"
+#include "hkfac/cost_model/ensemble.h"
 #include "plugin_weights.h"
 #include "loop_nest_model.h"
 #include "parallel_for.h"
@@ -60,28 +61,20 @@ void CostModel::evaluate(std::vector<State *> &states) {
         for (int f = 0; f < S_; ++f)
           features(n, f, s) = rows[(static_cast<size_t>(n) * stages + s) * S_ + f];
     auto t1 = std::chrono::steady_clock::now();
-    // The ensemble's geometric mean: the mean of the members' log predictions.
-    std::vector<double> log_sum(batch, 0.0);
-    std::vector<char> finite(batch, 1);
+    // Each member's prediction of each state; the ensemble scores their median (see the class).
+    std::vector<std::vector<float>> members(batch);
     Buffer<float> predictions(batch);
     for (const kernels::CostModelWeights &w : weights_) {
       kernels::cost_model_predict(pipeline_features_, features, w, params_.parallelism,
                                   predictions, Device::cpu);
-      for (int n = 0; n < batch; ++n) {
-        const float p = predictions(n);
-        // A cost is a sum of non-negative terms; a state with nothing to pay for yet costs 0.
-        finite[n] &= std::isfinite(p);
-        if (finite[n])
-          log_sum[n] += std::log(std::max(static_cast<double>(p), 1e-30));
-      }
+      for (int n = 0; n < batch; ++n)
+        members[n].push_back(predictions(n));
     }
     auto t2 = std::chrono::steady_clock::now();
     featurize_s_ += std::chrono::duration<double>(t1 - t0).count();
     network_s_ += std::chrono::duration<double>(t2 - t1).count();
     for (int n = 0; n < batch; ++n) {
-      const double p = weights_.size() == 1 ? static_cast<double>(predictions(n))
-                       : finite[n]           ? std::exp(log_sum[n] / weights_.size())
-                                             : INFINITY;
+      const double p = ensemble_prediction(members[n]);
       states[first + n]->cost = legal[n] && std::isfinite(p) ? p : INFINITY;
     }
     evaluated_ += batch;

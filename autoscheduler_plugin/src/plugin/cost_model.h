@@ -17,10 +17,11 @@ namespace hkfac::sched {
 // .weights file or an old six-file directory), else the baseline embedded in the plugin; a file
 // that fails validation is the user's error with the reader's message, never a silent switch to
 // random weights, which only HL_RANDOMIZE_WEIGHTS asks for (data generation).
-// An ensemble (HL_WEIGHTS_DIR=a.weights:b.weights:...) predicts the geometric mean of its
-// members' predictions, so that one member's extrapolation to a cheap schedule the others rate
-// dear moves the score by only part of its gap (file sets trained alike pick schedules up to 27x
-// apart on the apps; two members did not outvote such errors, docs/RESULTS.md).
+// An ensemble (HL_WEIGHTS_DIR=a.weights:b.weights:...) scores each schedule with the median of
+// its members' predictions (two members: their geometric mean), so that one member's
+// extrapolation to a cheap schedule the others rate dear is outvoted (file sets trained alike
+// pick schedules up to 27x apart on the apps; a geometric mean of two did not outvote such
+// errors, docs/RESULTS.md).
 class CostModel {
 public:
   CostModel(const PipelineAnalysis &dag, const Parameters &params);

@@ -2,6 +2,7 @@
 #include "plugin_weights.h"
 
 #include "embedded_weights.h"
+#include "hkfac/cost_model/ensemble.h"
 #include "hkfac/cost_model/weights.h"
 #include "hkfac/error.h"
 #include "input_error.h"
@@ -73,12 +74,13 @@ std::vector<kernels::CostModelWeights> load_plugin_weights(const Parameters &par
     all.push_back(random_weights(schedule_features, params.weights_seed));
     source = "random weights (seed " + std::to_string(params.weights_seed) + ")";
   } else if (!params.weights_path.empty()) {
-    for (size_t at = 0; at <= params.weights_path.size();) {
-      const size_t colon = std::min(params.weights_path.find(':', at), params.weights_path.size());
-      const std::string path = params.weights_path.substr(at, colon - at);
-      at = colon + 1;
-      input_check(!path.empty()) << "Hkfac: HL_WEIGHTS_DIR=\"" << params.weights_path
-                                 << "\" has an empty entry in its ':'-separated list\n";
+    std::vector<std::string> paths;
+    try {
+      paths = split_weights_list(params.weights_path);
+    } catch (const hkfac::Error &e) {
+      input_check(false) << "Hkfac: HL_WEIGHTS_DIR=" << e.what() << "\n";
+    }
+    for (const std::string &path : paths) {
       try {
         all.push_back(load_weights(path, opt));
       } catch (const hkfac::Error &e) {
