@@ -10,7 +10,10 @@ own training samples: a start can leave K-FAC on a plateau (training accuracy 0.
 starts reach 0.75), and the training loss shows it without looking at the held-out app. With
 --initial-weights DIR every file starts instead from the file of its own name in DIR (the
 previous round's: an app's hold-out file never saw that app, so neither does the new one), as a
-learning loop continues its model; the seeds then vary only the order of the batches. Prints a
+learning loop continues its model; the seeds then vary only the order of the batches. With
+--bag F the files train on a random fraction F of the pipelines that are not apps (every app's
+samples but the held-out app's stay), drawn from --seed: members of an ensemble (HL_WEIGHTS_DIR=a:b:c) that
+saw different data, so that their extrapolations differ and a median outvotes them. Prints a
 markdown table of what each file is (data, epochs, seconds, seed, held-out ordering accuracy and
 loss) and writes it to records.md in --log-dir.
 
@@ -22,6 +25,7 @@ import csv
 import math
 import os
 import platform
+import random
 import shutil
 import subprocess
 import sys
@@ -127,8 +131,14 @@ def main():
     p.add_argument("--initial-weights", dest="initial_weights", default="",
                    help="start every file from DIR/<file>.weights (baseline, each app's, "
                         "pipelines_split) instead of random weights")
+    p.add_argument("--bag", type=float, default=1.0,
+                   help="train on this fraction of the pipelines that are not apps, drawn "
+                        "from --seed (0 < F <= 1; the apps' samples all stay): ensemble "
+                        "members on different data")
     p.add_argument("extra", nargs="*", help="more retrain_cost_model flags (after --)")
     args = p.parse_args()
+    if not 0 < args.bag <= 1:
+        sys.exit(f"train_weights: --bag must be in (0, 1], got {args.bag}")
     if args.seeds < 1 or args.jobs < 1:
         sys.exit(f"train_weights: --seeds and --jobs must be >= 1, got {args.seeds} and "
                  f"{args.jobs}")
@@ -143,9 +153,6 @@ def main():
     samples = sample_paths(args.samples)
     if not samples:
         sys.exit(f"train_weights: no .sample files under {args.samples}")
-    sample_list = os.path.join(args.out_log, "samples.txt")
-    with open(sample_list, "w") as f:
-        f.write("\n".join(samples) + "\n")
     pipelines = {}
     for s in samples:
         pipelines.setdefault(pipeline_of(s, args.samples), []).append(s)
@@ -154,6 +161,16 @@ def main():
     for a in apps:
         if a not in pipelines:
             sys.exit(f"train_weights: no samples for app '{a}' under {args.samples}")
+    if args.bag < 1:
+        # A bag of the pipelines that are not apps; sorted first, so the seed alone decides it.
+        others = sorted(n for n in pipelines if n not in apps)
+        for n in set(others) - set(random.Random(args.seed).sample(
+                others, max(1, round(args.bag * len(others))))):
+            del pipelines[n]
+        samples = [s for s in samples if pipeline_of(s, args.samples) in pipelines]
+    sample_list = os.path.join(args.out_log, "samples.txt")
+    with open(sample_list, "w") as f:
+        f.write("\n".join(samples) + "\n")
     if args.initial_weights:
         names = ["baseline"] + apps + (["pipelines_split"] if args.pipelines_split else [])
         missing = [n for n in names
@@ -170,6 +187,7 @@ def main():
              f"`apps/tools/train_weights.py --epochs {args.epochs} --optimizer {args.optimizer} "
              f"--seed {args.seed} --seeds {args.seeds}"
              f"{' --initial-weights ' + args.initial_weights if args.initial_weights else ''}"
+             f"{f' --bag {args.bag:g}' if args.bag < 1 else ''}"
              f"{' -- ' + ' '.join(args.extra) if args.extra else ''}`: "
              f"{len(samples)} samples over {len(pipelines)} pipelines. Target: CPU, S = 39.",
              "",

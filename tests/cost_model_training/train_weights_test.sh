@@ -4,7 +4,8 @@
 # load in `predict`, and be recorded with the held-out pipeline's ordering accuracy; with three
 # seeds each file must keep the start whose training loss is lower, and its weights must be that
 # start's; --pipelines-split must add its file and record; --initial-weights must start every
-# seed from the named file; an unknown app and a missing initial file must be errors that name
+# seed from the named file; --bag must keep a seeded fraction of the other pipelines and the
+# whole app; an unknown app, a missing initial file and a bad fraction must be errors that name
 # them.
 # Usage: train_weights_test.sh SOURCE_DIR BUILD_DIR PREDICT WORK_DIR
 set -eu
@@ -76,4 +77,27 @@ if python3 "$src/apps/tools/train_weights.py" --samples "$work/samples" --build 
   echo "an unknown app was accepted"; exit 1
 fi
 grep -q "no samples for app 'no_such_app'" "$work/err.txt" || { cat "$work/err.txt"; exit 1; }
+# --bag: a seeded fraction of the pipelines that are not apps, every sample of the app kept, the
+# bag in the record; a fraction outside (0, 1] is named.
+python3 "$src/apps/tools/train_weights.py" --samples "$work/samples" --build "$build" \
+  --out "$work/bag" --log-dir "$work/baglog" --epochs 1 --apps "$held" --seed 5 --bag 0.5
+python3 - "$work/samples" "$work/baglog" "$held" <<'PY' || exit 1
+import os, sys
+root, log, held = sys.argv[1:]
+every = {p: sorted(os.path.join(d, f) for d, _, fs in os.walk(os.path.join(root, p))
+                   for f in fs if f.endswith(".sample")) for p in os.listdir(root)}
+listed = [l for l in open(os.path.join(log, "samples.txt")).read().split() if l]
+by = {p: [s for s in listed if os.path.relpath(s, os.path.abspath(root)).split(os.sep)[0] == p]
+      for p in every}
+assert sorted(os.path.abspath(s) for s in every[held]) == sorted(by[held]), "the app lost samples"
+kept = [p for p in every if p != held and by[p]]
+assert len(kept) == 1, f"a bag of 0.5 of two pipelines kept {kept}"
+assert sorted(os.path.abspath(s) for s in every[kept[0]]) == sorted(by[kept[0]]), "a part of a pipeline"
+PY
+grep -q -- "--bag 0.5" "$work/baglog/records.md" || { echo "no bag in the record"; exit 1; }
+if python3 "$src/apps/tools/train_weights.py" --samples "$work/samples" --build "$build" \
+     --out "$work/bag" --epochs 1 --bag 0 2> "$work/err.txt"; then
+  echo "--bag 0 was accepted"; exit 1
+fi
+grep -q -- "--bag must be in (0, 1], got 0" "$work/err.txt" || { cat "$work/err.txt"; exit 1; }
 echo "train_weights: ok"
