@@ -12,8 +12,9 @@ starts reach 0.75), and the training loss shows it without looking at the held-o
 previous round's: an app's hold-out file never saw that app, so neither does the new one), as a
 learning loop continues its model; the seeds then vary only the order of the batches. With
 --bag F the files train on a random fraction F of the pipelines that are not apps (every app's
-samples but the held-out app's stay), drawn from --seed: members of an ensemble (HL_WEIGHTS_DIR=a:b:c) that
-saw different data, so that their extrapolations differ and a median outvotes them. Prints a
+samples but the held-out app's stay), drawn from --seed: members of an ensemble
+(HL_WEIGHTS_DIR=a:b:c) that saw different data, so that their extrapolations differ and a median
+outvotes them. Prints a
 markdown table of what each file is (data, epochs, seconds, seed, held-out ordering accuracy and
 loss) and writes it to records.md in --log-dir.
 
@@ -161,7 +162,7 @@ def main():
     for a in apps:
         if a not in pipelines:
             sys.exit(f"train_weights: no samples for app '{a}' under {args.samples}")
-    if args.bag < 1:
+    if args.bag < 1 and any(n not in apps for n in pipelines):
         # A bag of the pipelines that are not apps; sorted first, so the seed alone decides it.
         others = sorted(n for n in pipelines if n not in apps)
         for n in set(others) - set(random.Random(args.seed).sample(
