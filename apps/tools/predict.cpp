@@ -77,16 +77,18 @@ int main(int argc, char **argv) {
         os << "path,predicted,measured_ms\n";
         cm::Score score;
         for (const cm::PipelineData &p : data.pipelines) {
-          std::vector<std::vector<float>> by_member;
-          for (const cm::Weights &w : members)
-            by_member.push_back(cm::predict(w, p, p.train, cores));
-          std::vector<float> predicted;
-          for (size_t k = 0; k < p.train.size(); ++k) {
-            std::vector<float> of_k;
-            for (const std::vector<float> &m : by_member)
-              of_k.push_back(m[k]);
-            predicted.push_back(static_cast<float>(cm::ensemble_prediction(of_k)));
+          // A schedule's members side by side, scored as the plugin scores them.
+          const size_t m_count = members.size(), n = p.train.size();
+          std::vector<float> by_schedule(n * m_count);
+          for (size_t m = 0; m < m_count; ++m) {
+            const std::vector<float> one = cm::predict(members[m], p, p.train, cores);
+            for (size_t k = 0; k < n; ++k)
+              by_schedule[k * m_count + m] = one[k];
           }
+          std::vector<float> predicted(n);
+          for (size_t k = 0; k < n; ++k)
+            predicted[k] = static_cast<float>(
+                cm::ensemble_prediction(by_schedule.data() + k * m_count, m_count));
           std::vector<float> measured;
           for (size_t k = 0; k < p.train.size(); ++k) {
             const int i = p.train[k];

@@ -162,9 +162,9 @@ def main():
     for a in apps:
         if a not in pipelines:
             sys.exit(f"train_weights: no samples for app '{a}' under {args.samples}")
-    if args.bag < 1 and any(n not in apps for n in pipelines):
-        # A bag of the pipelines that are not apps; sorted first, so the seed alone decides it.
-        others = sorted(n for n in pipelines if n not in apps)
+    # A bag of the pipelines that are not apps; sorted first, so the seed alone decides it.
+    others = sorted(n for n in pipelines if n not in apps)
+    if args.bag < 1 and others:
         for n in set(others) - set(random.Random(args.seed).sample(
                 others, max(1, round(args.bag * len(others))))):
             del pipelines[n]

@@ -20,21 +20,20 @@ std::vector<std::string> split_weights_list(const std::string &list) {
   return entries;
 }
 
-double ensemble_prediction(const std::vector<float> &members) {
-  for (float p : members)
-    if (!std::isfinite(p))
-      return INFINITY;
-  if (members.size() == 1)
-    return members[0];
-  if (members.empty())
+double ensemble_prediction(const float *members, size_t count) {
+  if (count == 0)
     throw Error("an ensemble of no weights files predicts nothing");
-  std::vector<double> logs;
-  for (float p : members)
-    logs.push_back(std::log(std::max(static_cast<double>(p), 1e-30)));
-  const size_t h = logs.size() / 2;
+  if (!std::all_of(members, members + count, [](float p) { return std::isfinite(p); }))
+    return INFINITY;
+  if (count == 1)
+    return members[0];
+  std::vector<double> logs(count);
+  for (size_t k = 0; k < count; ++k)
+    logs[k] = std::log(std::max(static_cast<double>(members[k]), 1e-30));
+  const size_t h = count / 2;
   std::nth_element(logs.begin(), logs.begin() + h, logs.end());
   double mid = logs[h];
-  if (logs.size() % 2 == 0)
+  if (count % 2 == 0)
     mid = 0.5 * (mid + *std::max_element(logs.begin(), logs.begin() + h));
   return std::exp(mid);
 }

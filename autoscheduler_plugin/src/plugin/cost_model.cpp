@@ -61,20 +61,22 @@ void CostModel::evaluate(std::vector<State *> &states) {
         for (int f = 0; f < S_; ++f)
           features(n, f, s) = rows[(static_cast<size_t>(n) * stages + s) * S_ + f];
     auto t1 = std::chrono::steady_clock::now();
-    // Each member's prediction of each state; the ensemble scores their median (see the class).
-    std::vector<std::vector<float>> members(batch);
+    // Each member's prediction of each state, a state's members side by side; the ensemble
+    // scores their median (see the class).
+    const size_t m_count = weights_.size();
+    std::vector<float> by_state(static_cast<size_t>(batch) * m_count);
     Buffer<float> predictions(batch);
-    for (const kernels::CostModelWeights &w : weights_) {
-      kernels::cost_model_predict(pipeline_features_, features, w, params_.parallelism,
+    for (size_t m = 0; m < m_count; ++m) {
+      kernels::cost_model_predict(pipeline_features_, features, weights_[m], params_.parallelism,
                                   predictions, Device::cpu);
       for (int n = 0; n < batch; ++n)
-        members[n].push_back(predictions(n));
+        by_state[n * m_count + m] = predictions(n);
     }
     auto t2 = std::chrono::steady_clock::now();
     featurize_s_ += std::chrono::duration<double>(t1 - t0).count();
     network_s_ += std::chrono::duration<double>(t2 - t1).count();
     for (int n = 0; n < batch; ++n) {
-      const double p = ensemble_prediction(members[n]);
+      const double p = ensemble_prediction(by_state.data() + n * m_count, m_count);
       states[first + n]->cost = legal[n] && std::isfinite(p) ? p : INFINITY;
     }
     evaluated_ += batch;

@@ -8,6 +8,7 @@
 // instead of averaged in (docs/RESULTS.md, ensembles of files).
 #pragma once
 
+#include <cstddef>
 #include <string>
 #include <vector>
 
@@ -17,9 +18,13 @@ namespace hkfac::cost_model {
 // entry is empty (a leading, trailing or doubled ':'), naming the list.
 std::vector<std::string> split_weights_list(const std::string &list);
 
-// The ensemble's prediction from its members' predictions of one schedule: +inf if any member's
-// is not finite, the prediction itself for one member, else the median as above. A prediction of
-// 0 (a schedule with nothing to pay for yet) counts as 1e-30 in log space.
-double ensemble_prediction(const std::vector<float> &members);
+// The ensemble's prediction from its `count` members' predictions of one schedule: +inf if any
+// member's is not finite, the prediction itself for one member (no allocation: the plugin's
+// default path), else the median as above. A prediction of 0 (a schedule with nothing to pay for
+// yet) counts as 1e-30 in log space.
+double ensemble_prediction(const float *members, size_t count);
+inline double ensemble_prediction(const std::vector<float> &members) {
+  return ensemble_prediction(members.data(), members.size());
+}
 
 } // namespace hkfac::cost_model
