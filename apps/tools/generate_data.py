@@ -87,6 +87,9 @@ def search_env(args, pipeline, k):
     """Search settings of schedule k: the run's first --full-beam schedules use the full beam,
     the rest are greedy with dropout."""
     env = dict(os.environ)
+    # The schedule the search picks is the sample: no measured selection, no tuning cache.
+    env["HKFAC_TUNE_SECONDS"] = "0"
+    env["HKFAC_CACHE_DIR"] = "off"
     env["HL_SEED"] = str((pipeline.id * 7919 + k) & 0x7FFFFFFF)
     dropouts = [int(v) for v in args.dropout.split(",")]
     if k - args.first_schedule < args.full_beam:

@@ -90,7 +90,8 @@ def one_pipeline(pdir, out_root, args):
                 hint = f" {blocked_updates(sched)}" if os.path.exists(sched) else ""
                 f.write(f"{os.path.join(src, s + '.featurization')} "
                         f"{os.path.join(dst, s + '.featurization')}{hint}\n")
-        env = dict(os.environ, HKFAC_REFEATURIZE=listing, HL_BEAM_SIZE="1",
+        env = dict(os.environ, HKFAC_REFEATURIZE=listing, HKFAC_TUNE_SECONDS="0",
+                   HKFAC_CACHE_DIR="off", HL_BEAM_SIZE="1",
                    HL_RANDOMIZE_WEIGHTS="1")
         cmd = [exe, "-g", gname, "-f", "refeaturize", "-o", tmp, "-e", "schedule",
                "-p", args.plugin, "-s", "Hkfac",

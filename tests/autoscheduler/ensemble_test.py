@@ -25,7 +25,8 @@ def schedule(build, work, weights, tag):
            "-p", os.path.join(build, "autoscheduler_plugin", "libautoschedule_hkfac.so"),
            "-s", "Hkfac", "target=x86-64-linux-avx-avx2-f16c-fma-sse41-no_runtime",
            "auto_schedule=true", "machine_params=2,16777216,40"]
-    env = dict(os.environ, HL_WEIGHTS_DIR=weights, HL_BEAM_SIZE="1", HL_DEBUG_AUTOSCHEDULE="1")
+    env = dict(os.environ, HL_WEIGHTS_DIR=weights, HL_BEAM_SIZE="1", HL_DEBUG_AUTOSCHEDULE="1",
+               HKFAC_TUNE_SECONDS="0", HKFAC_CACHE_DIR="off")
     r = subprocess.run(cmd, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
     return r.returncode, r.stdout, os.path.join(out, "unsharp.featurization")
 

@@ -5,9 +5,9 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstdio>
 #include <cstdlib>
 #include <cstring>
-#include <cstdio>
 #include <fstream>
 #include <functional>
 #include <iterator>
@@ -18,6 +18,8 @@
 #include <tuple>
 #include <vector>
 
+#include <unistd.h>
+
 #include "Halide.h"
 #include "scoped_env.h"
 
@@ -25,7 +27,7 @@ using namespace Halide;
 
 namespace {
 
-constexpr int kS = 39;   // CPU schedule features
+constexpr int kS = 39; // CPU schedule features
 constexpr int kAlgo = 287;
 const Target kTarget("x86-64-linux-avx-avx2-f16c-fma-sse41");
 
@@ -41,6 +43,10 @@ class HkfacPlugin : public ::testing::Test {
 protected:
   static void SetUpTestSuite() { load_plugin(HKFAC_PLUGIN_PATH); }
   ScopedEnv beam_{"HL_BEAM_SIZE", "1"};
+  // The model alone and no cache unless a test asks: schedules are then a function of the
+  // pipeline, the weights and the seed (the measured tests below set both).
+  ScopedEnv tune_{"HKFAC_TUNE_SECONDS", "0"};
+  ScopedEnv cache_{"HKFAC_CACHE_DIR", "off"};
 };
 
 // A small pipeline with a stencil, a reduction and a boundary condition: in -> clamped -> blur_x
@@ -153,7 +159,8 @@ TEST_F(HkfacPlugin, RowBlockedReductionComputesThePlainProduct) {
     Pipeline pipe(prod);
     AutoSchedulerResults res = pipe.auto_schedule("Hkfac", kTarget, machine());
     const bool by_rows = res.schedule_source.find("prod.update(0).unroll(y_") != std::string::npos;
-    const bool by_columns = res.schedule_source.find("prod.update(0).unroll(x_u)") != std::string::npos;
+    const bool by_columns =
+        res.schedule_source.find("prod.update(0).unroll(x_u)") != std::string::npos;
     if ((!by_rows || rows) && (!by_columns || columns))
       continue;
     rows = rows || by_rows;
@@ -391,7 +398,8 @@ TEST_F(HkfacPlugin, ReductionsPerTileOfAWholeOutputDimensionHaveConstantAllocati
       ++checked;
       SCOPED_TRACE(src);
       if (divides) {
-        EXPECT_TRUE(std::regex_search(lowered_statement(pipe, p.in, stmt), constant)) << "mix has no allocation of constant size";
+        EXPECT_TRUE(std::regex_search(lowered_statement(pipe, p.in, stmt), constant))
+            << "mix has no allocation of constant size";
       }
       p.in.set(input);
       for (int n : {channels, 2 * channels, channels + 7}) {
@@ -439,8 +447,8 @@ int misaligned_strided_loads(const std::string &lowered) {
   const std::regex alloc("allocate ([A-Za-z0-9_.$]+)\\[[a-z]+([0-9]+) \\*");
   for (std::sregex_iterator i(lowered.begin(), lowered.end(), alloc), e; i != e; ++i)
     bits[(*i)[1]] = std::stoi((*i)[2]);
-  const std::regex load(
-      "([A-Za-z0-9_.$]+)\\[ramp\\((-?[0-9]+), ([234]), [0-9]+\\)( aligned\\([0-9, ]+\\))?\\]( if)?");
+  const std::regex load("([A-Za-z0-9_.$]+)\\[ramp\\((-?[0-9]+), ([234]), [0-9]+\\)( "
+                        "aligned\\([0-9, ]+\\))?\\]( if)?");
   int found = 0;
   for (std::sregex_iterator i(lowered.begin(), lowered.end(), load), e; i != e; ++i) {
     if ((*i)[5].matched)
@@ -476,7 +484,8 @@ TEST_F(HkfacPlugin, DownsamplesInsideConstantRegionsLeaveNoMisalignedStridedLoad
     EXPECT_EQ(misaligned_strided_loads(lowered_statement(pipe, p.in, stmt)), 0) << "seed " << seed;
     for (int w : {1000, 1024}) {
       Buffer<uint8_t> input(2 * w + 4, h + 1);
-      input.for_each_element([&](int x, int y) { input(x, y) = static_cast<uint8_t>(x * 7 + y * 3); });
+      input.for_each_element(
+          [&](int x, int y) { input(x, y) = static_cast<uint8_t>(x * 7 + y * 3); });
       p.in.set(input);
       Downsampled plain(w, h);
       plain.in.set(input);
@@ -534,7 +543,8 @@ TEST_F(HkfacPlugin, DownsamplesOverConstantRegionsGuardTheirVectorsAndComputeThe
       if (hazards)
         continue; // running it may fault
       Buffer<uint8_t> input(std::max(2 * K + 4, w + K), h);
-      input.for_each_element([&](int x, int y) { input(x, y) = static_cast<uint8_t>(x * 7 + y * 3); });
+      input.for_each_element(
+          [&](int x, int y) { input(x, y) = static_cast<uint8_t>(x * 7 + y * 3); });
       p.in.set(input);
       ProductOfDownsample plain(K, w, h);
       plain.in.set(input);
@@ -629,7 +639,9 @@ TEST_F(HkfacPlugin, ReorderedAndSplitReductionsComputeWhatPlainLoopsCompute) {
   std::vector<Reduction> cases;
   cases.push_back({"product",
                    [&](ImageParam &a, ImageParam &b) { return matrix_product(a, b, n, m, k); },
-                   {k, n}, {m, k}, {m, n},
+                   {k, n},
+                   {m, k},
+                   {m, n},
                    [&](const Buffer<float> &a, const Buffer<float> &b, const std::vector<int> &p) {
                      float sum = 0;
                      for (int t = 0; t < k; ++t)
@@ -646,7 +658,9 @@ TEST_F(HkfacPlugin, ReorderedAndSplitReductionsComputeWhatPlainLoopsCompute) {
                      scan.set_estimates({{0, w}, {0, h}});
                      return scan;
                    },
-                   {w, h}, {1}, {w, h},
+                   {w, h},
+                   {1},
+                   {w, h},
                    [&](const Buffer<float> &a, const Buffer<float> &, const std::vector<int> &p) {
                      float v = a(p[0], 0);
                      for (int t = 1; t <= p[1]; ++t)
@@ -663,7 +677,9 @@ TEST_F(HkfacPlugin, ReorderedAndSplitReductionsComputeWhatPlainLoopsCompute) {
                      conv.set_estimates({{0, cw}, {0, ch}, {0, co}});
                      return conv;
                    },
-                   {cw + 2, ch + 2, ci}, {3, 3, ci, co}, {cw, ch, co},
+                   {cw + 2, ch + 2, ci},
+                   {3, 3, ci, co},
+                   {cw, ch, co},
                    [&](const Buffer<float> &a, const Buffer<float> &b, const std::vector<int> &p) {
                      float sum = 0;
                      for (int z = 0; z < ci; ++z)
@@ -889,7 +905,7 @@ TEST_F(HkfacPlugin, MissingInputEstimateNamesInput) {
   Var x("x");
   RDom r(0, in.width());
   f(x) = 0.0f;
-  f(x) += in(r) * x;
+  f(x) += in(r)*x;
   f.set_estimate(x, 0, 16);
   const std::string msg = error_of([&] { Pipeline(f).auto_schedule("Hkfac", kTarget, machine()); });
   EXPECT_NE(msg.find("\"lonely\""), std::string::npos) << msg;
@@ -923,10 +939,14 @@ TEST_F(HkfacPlugin, AdamsFeatureWeightsAreRefusedUnlessAllowed) {
 }
 
 TEST_F(HkfacPlugin, BadParameterValuesNameTheVariable) {
-  for (auto [name, value] : std::vector<std::pair<const char *, const char *>>{
-           {"HL_BEAM_SIZE", "0"}, {"HL_BEAM_SIZE", "abc"}, {"HL_RANDOM_DROPOUT", "101"},
-           {"HKFAC_TIME_LIMIT_S", "-1"}, {"HL_SEED", "1x"}, {"HKFAC_PLACEMENTS", "root,slid"},
-           {"HKFAC_PLACEMENTS", "tile,,nest"}}) {
+  for (auto [name, value] :
+       std::vector<std::pair<const char *, const char *>>{{"HL_BEAM_SIZE", "0"},
+                                                          {"HL_BEAM_SIZE", "abc"},
+                                                          {"HL_RANDOM_DROPOUT", "101"},
+                                                          {"HKFAC_TIME_LIMIT_S", "-1"},
+                                                          {"HL_SEED", "1x"},
+                                                          {"HKFAC_PLACEMENTS", "root,slid"},
+                                                          {"HKFAC_PLACEMENTS", "tile,,nest"}}) {
     ScopedEnv e(name, value);
     SmallPipeline p(64, 64);
     const std::string msg =
@@ -953,6 +973,150 @@ TEST_F(HkfacPlugin, InternalFailuresFallBackToAValidSchedule) {
     p.in.set(p.input(97, 53));
     expect_equal(pipe.realize({97, 53}, kTarget), run_root_reference(97, 53));
   }
+}
+
+// A fresh directory for a test's tuning cache.
+std::string fresh_dir(const std::string &name) {
+  const std::string dir = "/tmp/hkfac_plugin_test_" + name + "_" + std::to_string(getpid());
+  std::system(("rm -rf '" + dir + "'").c_str());
+  return dir;
+}
+
+// One value of the cache's database, read with the sqlite3 shell (independent of the plugin's
+// own reader); "" when there is none.
+std::string cache_query(const std::string &dir, const std::string &sql) {
+  const std::string cmd = "sqlite3 '" + dir + "/hkfac-cache.sqlite' \"" + sql + "\" 2>&1";
+  std::string out;
+  if (FILE *f = popen(cmd.c_str(), "r")) {
+    char buf[256];
+    while (fgets(buf, sizeof(buf), f))
+      out += buf;
+    pclose(f);
+  }
+  while (!out.empty() && out.back() == '\n')
+    out.pop_back();
+  return out;
+}
+
+TEST_F(HkfacPlugin, ModelOnlyWithAnEmptyCacheGivesTheSameScheduleForTheSameSeed) {
+  ScopedEnv beam("HL_BEAM_SIZE", "4");
+  ScopedEnv seed("HL_SEED", "5");
+  const std::string dir = fresh_dir("model_only");
+  ScopedEnv cache("HKFAC_CACHE_DIR", dir.c_str());
+  std::string first;
+  for (int run = 0; run < 2; ++run) {
+    SmallPipeline p(97, 53);
+    AutoSchedulerResults r = Pipeline(p.out).auto_schedule("Hkfac", kTarget, machine());
+    if (run == 0)
+      first = r.schedule_source;
+    else
+      EXPECT_EQ(r.schedule_source, first);
+  }
+  // The model alone times nothing, so it records nothing.
+  EXPECT_EQ(cache_query(dir, "SELECT count(*) FROM pipelines"), "0");
+}
+
+// On the host, measured selection is the default: the first run times candidates and keeps the
+// fastest; a rerun applies it without searching; any change to the pipeline searches again.
+TEST_F(HkfacPlugin, MeasuredScheduleIsReusedAndNotAppliedToAChangedPipeline) {
+  const std::string dir = fresh_dir("reuse");
+  ScopedEnv cache("HKFAC_CACHE_DIR", dir.c_str());
+  ScopedEnv tune("HKFAC_TUNE_SECONDS", "8");
+  ScopedEnv beam("HL_BEAM_SIZE", "2");
+  const Target host = get_host_target().without_feature(Target::AVX512_SapphireRapids);
+  auto schedule = [&](int w, int h, std::string *err) {
+    SmallPipeline p(w, h);
+    Pipeline pipe(p.out);
+    ::testing::internal::CaptureStderr();
+    AutoSchedulerResults r = pipe.auto_schedule("Hkfac", host, machine());
+    *err = ::testing::internal::GetCapturedStderr();
+    p.in.set(p.input(w, h));
+    expect_equal(pipe.realize({w, h}, host), run_root_reference(w, h));
+    return r.schedule_source;
+  };
+  std::string err;
+  const std::string first = schedule(397, 253, &err);
+  EXPECT_NE(err.find("candidates"), std::string::npos) << err;
+  ASSERT_EQ(cache_query(dir, "SELECT count(*) FROM pipelines"), "1") << err;
+  const std::string samples = cache_query(dir, "SELECT count(*) FROM samples");
+  const std::string again = schedule(397, 253, &err);
+  EXPECT_EQ(again, first);
+  EXPECT_NE(err.find("applied the schedule measured fastest on this machine"), std::string::npos)
+      << err;
+  EXPECT_EQ(err.find("candidates"), std::string::npos) << err; // nothing timed
+  EXPECT_EQ(cache_query(dir, "SELECT count(*) FROM samples"), samples);
+  // Another size is another pipeline to the cache: searched and measured, a second row.
+  schedule(401, 253, &err);
+  EXPECT_EQ(err.find("measured fastest on this machine"), std::string::npos) << err;
+  EXPECT_EQ(cache_query(dir, "SELECT count(*) FROM pipelines"), "2");
+  std::system(("rm -rf '" + dir + "'").c_str());
+}
+
+TEST_F(HkfacPlugin, MeasuredSelectionSurvivesACandidateThatCrashes) {
+  ScopedEnv tune("HKFAC_TUNE_SECONDS", "8");
+  ScopedEnv beam("HL_BEAM_SIZE", "2");
+  ScopedEnv f("HKFAC_INJECT_FAILURE", "candidate-crash");
+  const Target host = get_host_target().without_feature(Target::AVX512_SapphireRapids);
+  SmallPipeline p(397, 253);
+  Pipeline pipe(p.out);
+  ::testing::internal::CaptureStderr();
+  AutoSchedulerResults r = pipe.auto_schedule("Hkfac", host, machine());
+  const std::string err = ::testing::internal::GetCapturedStderr();
+  EXPECT_NE(err.find("failed"), std::string::npos) << err;
+  EXPECT_EQ(err.find("fallback"), std::string::npos) << err;
+  EXPECT_NE(err.find("applied the"), std::string::npos) << err; // another candidate
+  p.in.set(p.input(397, 253));
+  expect_equal(pipe.realize({397, 253}, host), run_root_reference(397, 253));
+}
+
+TEST_F(HkfacPlugin, MeasuredSelectionIsOffForACrossTargetAndSaysSo) {
+  ScopedEnv tune("HKFAC_TUNE_SECONDS", nullptr);
+  SmallPipeline p(97, 53);
+  ::testing::internal::CaptureStderr();
+  Pipeline(p.out).auto_schedule("Hkfac", Target("arm-64-linux"), machine());
+  const std::string err = ::testing::internal::GetCapturedStderr();
+  EXPECT_NE(err.find("measured selection is off for a cross target"), std::string::npos) << err;
+  EXPECT_EQ(std::count(err.begin(), err.end(), '\n'), 1) << err;
+}
+
+// A lookup table read at an index computed from scalar Funcs of the parameters (per-channel gains
+// and their maximum): its region is known only through those Funcs' value bounds, which carry the
+// parameters. Halide's three schedule it; Hkfac must too, with its estimates applied there, and
+// compute what the plain schedule computes.
+TEST_F(HkfacPlugin, LookupIndexedByFuncsOfParametersIsScheduled) {
+  ImageParam in(Float(32), 3, "in");
+  Param<float> gain_r("gain_r"), gain_g("gain_g"), gain_b("gain_b");
+  Var x("x"), y("y"), c("c"), i("i");
+  Func lut("lut"), gr("gr"), gg("gg"), gb("gb"), out("out");
+  lut(i) = pow(cast<float>(i) / 1023.0f, 0.45f);
+  gr() = gain_r * 1.0f;
+  gg() = gain_g * 1.2f;
+  gb() = gain_b * 1.5f;
+  Expr index = clamp(cast<int>(max(max(gb(), gg()), gr()) * 255.0f), 0, 1023);
+  out(x, y, c) = in(x, y, c) * lut(index);
+  in.set_estimates({{0, 160}, {0, 90}, {0, 3}});
+  for (Param<float> *g : {&gain_r, &gain_g, &gain_b})
+    g->set_estimate(1.0f);
+  out.set_estimates({{0, 160}, {0, 90}, {0, 3}});
+  Buffer<float> input(160, 90, 3);
+  input.for_each_element(
+      [&](int a, int b, int k) { input(a, b, k) = ((a * 7 + b * 3 + k) % 97) / 97.0f; });
+  in.set(input);
+  gain_r.set(0.9f);
+  gain_g.set(1.1f);
+  gain_b.set(1.3f);
+  Buffer<float> reference = out.realize({160, 90, 3}, kTarget);
+  ScopedEnv beam("HL_BEAM_SIZE", "4");
+  ::testing::internal::CaptureStderr();
+  Pipeline pipe(out);
+  pipe.auto_schedule("Hkfac", kTarget, machine());
+  const std::string err = ::testing::internal::GetCapturedStderr();
+  EXPECT_EQ(err.find("fallback"), std::string::npos) << err;
+  EXPECT_EQ(err.find("not a constant"), std::string::npos) << err;
+  Buffer<float> got = pipe.realize({160, 90, 3}, kTarget);
+  got.for_each_element([&](int a, int b, int k) {
+    ASSERT_NEAR(got(a, b, k), reference(a, b, k), 1e-5f) << a << "," << b << "," << k;
+  });
 }
 
 // A lookup whose index is one point by the value bounds of what it reads (a clamp to a single
@@ -1046,19 +1210,20 @@ TEST_F(HkfacPlugin, PrintedScheduleCompilesWhateverItsFuncsAreCalled) {
     EXPECT_TRUE(std::regex_search(src, std::regex(std::string("Func ") + name + "_1 = "))) << src;
   const std::string path = ::testing::TempDir() + "/keyword_names.schedule.h";
   // Wrapped as Halide's generator wraps it (-e schedule).
-  std::ofstream(path) << "#include \"Halide.h\"\n"
-                      << "inline void apply(::Halide::Pipeline pipeline, ::Halide::Target target) {\n"
-                      << "using ::Halide::Func; using ::Halide::MemoryType; using ::Halide::RVar;\n"
-                      << "using ::Halide::TailStrategy; using ::Halide::Var;\n"
-                      << src << "}\n";
+  std::ofstream(path)
+      << "#include \"Halide.h\"\n"
+      << "inline void apply(::Halide::Pipeline pipeline, ::Halide::Target target) {\n"
+      << "using ::Halide::Func; using ::Halide::MemoryType; using ::Halide::RVar;\n"
+      << "using ::Halide::TailStrategy; using ::Halide::Var;\n"
+      << src << "}\n";
   std::string includes;
   for (std::string dirs = HKFAC_HALIDE_INCLUDES; !dirs.empty();) {
     const size_t colon = dirs.find(':');
     includes += " -I'" + dirs.substr(0, colon) + "'";
     dirs = colon == std::string::npos ? "" : dirs.substr(colon + 1);
   }
-  const std::string command =
-      std::string("'") + HKFAC_CXX + "' -std=c++17 -fsyntax-only -x c++" + includes + " '" + path + "'";
+  const std::string command = std::string("'") + HKFAC_CXX + "' -std=c++17 -fsyntax-only -x c++" +
+                              includes + " '" + path + "'";
   EXPECT_EQ(std::system(command.c_str()), 0) << command << "\n" << src;
 }
 
@@ -1160,11 +1325,11 @@ TEST_F(HkfacPlugin, FeaturizationOfATinyPipelineIsCountable) {
     EXPECT_EQ(op(ga, kConst, kInt32), 1);
     EXPECT_EQ(access(ga, 0, 0, kFloat), 2);
     // Schedule features of g, the output: computed once over 64 x 32 floats.
-    EXPECT_EQ(gs[0], 1);          // realizations
-    EXPECT_EQ(gs[5], 64 * 32);    // minimum points
-    EXPECT_EQ(gs[4], 64 * 32);    // points computed (64 is a multiple of every split)
+    EXPECT_EQ(gs[0], 1);            // realizations
+    EXPECT_EQ(gs[5], 64 * 32);      // minimum points
+    EXPECT_EQ(gs[4], 64 * 32);      // points computed (64 is a multiple of every split)
     EXPECT_EQ(gs[13], 64 * 32 * 4); // bytes at root
-    EXPECT_EQ(gs[23], 8);         // AVX2: 8 float lanes
+    EXPECT_EQ(gs[23], 8);           // AVX2: 8 float lanes
     // f is either inlined (two calls per point of g) or computed over at least 65 x 32.
     if (fs[4] == 0) {
       EXPECT_EQ(fs[17], 2 * 64 * 32);
@@ -1239,7 +1404,6 @@ TEST_F(HkfacPlugin, FeaturizationOfATinyReductionIsCountable) {
   }
 }
 
-
 // The per-vector loads of a matrix product's update, counted by hand: prod(x, y) += a(r, y) *
 // b(x, r) vectorized along x reads b densely (one vector load) and a once per row (one
 // broadcast). Blocked by R rows, the R rows share b's load, so it counts 1 / R per vector; blocked
@@ -1279,15 +1443,15 @@ TEST_F(HkfacPlugin, FeaturizationCountsABlockedProductsSharedLoadsOncePerBlock) 
     ASSERT_EQ(v.size(), 4u * (kS + kAlgo)); // a_im, b_im, prod, prod's update
     const float *u = v.data() + 3 * (kS + kAlgo);
     const float r = static_cast<float>(rows), c = static_cast<float>(vectors);
-    EXPECT_EQ(u[8], rows * vectors) << src;               // unrolled extent
-    EXPECT_EQ(u[22], 8) << src;                           // vector width
-    EXPECT_FLOAT_EQ(u[26], 1.0f / c) << src;              // a's broadcast, per row and block
-    EXPECT_FLOAT_EQ(u[27], 1.0f / r) << src;              // b's vector, per block of rows
-    EXPECT_FLOAT_EQ(u[31], 4.0f / c + 32.0f / r) << src;  // bytes: 4 of a, 8 lanes x 4 of b
-    EXPECT_FLOAT_EQ(u[32], 1.0f / c + 1.0f / r) << src;   // lines: a's one, b's one
+    EXPECT_EQ(u[8], rows * vectors) << src;              // unrolled extent
+    EXPECT_EQ(u[22], 8) << src;                          // vector width
+    EXPECT_FLOAT_EQ(u[26], 1.0f / c) << src;             // a's broadcast, per row and block
+    EXPECT_FLOAT_EQ(u[27], 1.0f / r) << src;             // b's vector, per block of rows
+    EXPECT_FLOAT_EQ(u[31], 4.0f / c + 32.0f / r) << src; // bytes: 4 of a, 8 lanes x 4 of b
+    EXPECT_FLOAT_EQ(u[32], 1.0f / c + 1.0f / r) << src;  // lines: a's one, b's one
   }
   EXPECT_TRUE(all_seen()) << "60 random models did not give an unblocked, a row-blocked and a "
-                                "row-and-column-blocked vectorized update";
+                             "row-and-column-blocked vectorized update";
 }
 
 // A histogram of cells over intensity bins (bgu's moments): cell (x, y) gathers 4 pixels of its
@@ -1313,7 +1477,8 @@ struct BinnedCells {
 // x a gather of 8 lanes (8 scalar loads, 32 bytes, 8 lines). Random models of 40 must vectorize
 // the update along z and along x, and along z also where the cells are too few for a vector
 // along x (3).
-TEST_F(HkfacPlugin, UpdatesVectorizedAlongAHigherDimensionComputeThePlainScheduleAndCountTheirLoads) {
+TEST_F(HkfacPlugin,
+       UpdatesVectorizedAlongAHigherDimensionComputeThePlainScheduleAndCountTheirLoads) {
   ScopedEnv b("HL_BEAM_SIZE", "2");
   ScopedEnv kinds("HKFAC_PLACEMENTS", "root,lanes");
   std::set<std::string> seen;
@@ -1334,14 +1499,15 @@ TEST_F(HkfacPlugin, UpdatesVectorizedAlongAHigherDimensionComputeThePlainSchedul
     const std::vector<float> v = floats(res.featurization);
     ASSERT_EQ(v.size(), 3u * (kS + kAlgo)); // in_im, h, h's update
     const float *u = v.data() + 2 * (kS + kAlgo);
-    EXPECT_EQ(u[22], 8);                               // vector width
-    EXPECT_FLOAT_EQ(u[26], along_z ? 1.0f : 8.0f);     // scalar loads per vector
-    EXPECT_FLOAT_EQ(u[27], 0.0f);                      // vector loads per vector
-    EXPECT_FLOAT_EQ(u[31], along_z ? 4.0f : 32.0f);    // bytes
-    EXPECT_FLOAT_EQ(u[32], along_z ? 1.0f : 8.0f);     // lines
+    EXPECT_EQ(u[22], 8);                            // vector width
+    EXPECT_FLOAT_EQ(u[26], along_z ? 1.0f : 8.0f);  // scalar loads per vector
+    EXPECT_FLOAT_EQ(u[27], 0.0f);                   // vector loads per vector
+    EXPECT_FLOAT_EQ(u[31], along_z ? 4.0f : 32.0f); // bytes
+    EXPECT_FLOAT_EQ(u[32], along_z ? 1.0f : 8.0f);  // lines
     for (auto [w, h, bins] : {std::tuple{cells, 40, 16}, std::tuple{13, 7, 11}}) {
       Buffer<float> input(4 * w, h);
-      input.for_each_element([&](int i, int j) { input(i, j) = 0.5f + 0.5f * std::sin(0.3f * i + j); });
+      input.for_each_element(
+          [&](int i, int j) { input(i, j) = 0.5f + 0.5f * std::sin(0.3f * i + j); });
       p.in.set(input);
       Buffer<float> got = pipe.realize({w, h, bins}, kTarget);
       got.for_each_element([&](int x, int y, int z) {
@@ -1350,8 +1516,8 @@ TEST_F(HkfacPlugin, UpdatesVectorizedAlongAHigherDimensionComputeThePlainSchedul
           const float val = input(4 * x + r, y);
           want += std::max(0.0f, 1.0f - std::fabs(val * 8 - z)) * val;
         }
-        ASSERT_NEAR(got(x, y, z), want, 1e-5f) << w << " x " << h << " x " << bins << ": " << x
-                                                << "," << y << "," << z;
+        ASSERT_NEAR(got(x, y, z), want, 1e-5f)
+            << w << " x " << h << " x " << bins << ": " << x << "," << y << "," << z;
       });
     }
   }
@@ -1372,7 +1538,7 @@ TEST_F(HkfacPlugin, FeaturizationCountsInlinedCallsThatShareWorkOnce) {
     ImageParam in(Float(32), 1, "in");
     Func f("f"), g("g");
     Var x("x"), c("c");
-    g(x, c) = (in(x) * 2.0f + 1.0f) * (in(x) - 3.0f) + cast<float>(c);
+    g(x, c) = (in(x)*2.0f + 1.0f) * (in(x)-3.0f) + cast<float>(c);
     f(x) = g(x, 0) + g(shared ? x : x + 1, 1);
     in.set_estimates({{0, w + 1}});
     f.set_estimates({{0, w}});

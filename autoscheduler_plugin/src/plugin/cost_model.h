@@ -30,6 +30,12 @@ public:
   void evaluate(std::vector<State *> &states);
   // How the weights were chosen, for the log.
   const std::string &weights_source() const { return source_; }
+  // The weights of each ensemble member, and a replacement for them (machine_refit.h).
+  const std::vector<kernels::CostModelWeights> &weights() const { return weights_; }
+  void replace_weights(std::vector<kernels::CostModelWeights> weights, const std::string &source) {
+    weights_ = std::move(weights);
+    source_ = source;
+  }
   long long evaluated() const { return evaluated_; }
   double featurize_seconds() const { return featurize_s_; }
   double network_seconds() const { return network_s_; }

@@ -38,8 +38,7 @@ double env_double(const char *name, double def, double lo, double hi) {
   char *end = nullptr;
   const double x = std::strtod(v, &end);
   input_check(errno == 0 && end && *end == '\0' && std::isfinite(x) && x >= lo && x <= hi)
-      << "Hkfac: " << name << "=\"" << v << "\" is not a number in [" << lo << ", " << hi
-      << "]\n";
+      << "Hkfac: " << name << "=\"" << v << "\" is not a number in [" << lo << ", " << hi << "]\n";
   return x;
 }
 
@@ -59,8 +58,7 @@ Parameters Parameters::from(const Halide::MachineParams &mp, const Halide::Targe
   p.balance = mp.balance;
 
   p.beam_size = static_cast<int>(env_int("HL_BEAM_SIZE", 32, 1, 100000));
-  p.num_passes =
-      static_cast<int>(env_int("HL_NUM_PASSES", p.beam_size == 1 ? 1 : 5, 1, 100));
+  p.num_passes = static_cast<int>(env_int("HL_NUM_PASSES", p.beam_size == 1 ? 1 : 5, 1, 100));
   p.random_dropout = static_cast<int>(env_int("HL_RANDOM_DROPOUT", 100, 1, 100));
   p.seed = static_cast<uint64_t>(env_int("HL_SEED", 0, 0, std::numeric_limits<int64_t>::max()));
   if (const char *w = env("HL_WEIGHTS_DIR"))
@@ -86,20 +84,20 @@ Parameters Parameters::from(const Halide::MachineParams &mp, const Halide::Targe
     while (at <= list.size()) {
       const size_t comma = std::min(list.find(',', at), list.size());
       const std::string kind = list.substr(at, comma - at);
-      const unsigned bit = kind == "inline" ? kPlaceInline
-                           : kind == "tile"  ? kPlaceTile
-                           : kind == "task"  ? kPlaceTask
-                           : kind == "slide" ? kPlaceSlide
-                           : kind == "nest"  ? kPlaceNest
-                           : kind == "root"  ? kPlaceRoot
+      const unsigned bit = kind == "inline"    ? kPlaceInline
+                           : kind == "tile"    ? kPlaceTile
+                           : kind == "task"    ? kPlaceTask
+                           : kind == "slide"   ? kPlaceSlide
+                           : kind == "nest"    ? kPlaceNest
+                           : kind == "root"    ? kPlaceRoot
                            : kind == "reorder" ? kPlaceReorder
-                           : kind == "rsplit" ? kPlaceRSplit
-                           : kind == "lanes" ? kPlaceLanes
-                           : kind == "all"   ? kPlaceAll
-                                             : 0u;
-      input_check(bit != 0)
-          << "Hkfac: HKFAC_PLACEMENTS=\"" << v << "\" names \"" << kind
-          << "\", which is not one of root, inline, tile, task, slide, nest, reorder, rsplit, lanes, all\n";
+                           : kind == "rsplit"  ? kPlaceRSplit
+                           : kind == "lanes"   ? kPlaceLanes
+                           : kind == "all"     ? kPlaceAll
+                                               : 0u;
+      input_check(bit != 0) << "Hkfac: HKFAC_PLACEMENTS=\"" << v << "\" names \"" << kind
+                            << "\", which is not one of root, inline, tile, task, slide, nest, "
+                               "reorder, rsplit, lanes, all\n";
       p.placements |= bit;
       at = comma + 1;
     }
@@ -107,8 +105,23 @@ Parameters Parameters::from(const Halide::MachineParams &mp, const Halide::Targe
   if (const char *f = env("HKFAC_INJECT_FAILURE")) {
     p.inject_failure = f;
     input_check(p.inject_failure == "analysis" || p.inject_failure == "search" ||
-                p.inject_failure == "apply")
-        << "Hkfac: HKFAC_INJECT_FAILURE=\"" << f << "\" is not analysis, search or apply\n";
+                p.inject_failure == "apply" || p.inject_failure == "candidate-crash" ||
+                p.inject_failure == "candidate-hang")
+        << "Hkfac: HKFAC_INJECT_FAILURE=\"" << f
+        << "\" is not analysis, search, apply, candidate-crash or candidate-hang\n";
+  }
+  p.tune_seconds = env_double("HKFAC_TUNE_SECONDS", -1, 0, 1e6);
+  p.tune_candidates = static_cast<int>(env_int("HKFAC_TUNE_CANDIDATES", 6, 1, 64));
+  if (const char *c = env("HKFAC_CACHE_DIR")) {
+    p.cache_off = std::string(c) == "off";
+    if (!p.cache_off)
+      p.cache_dir = c;
+  } else if (const char *x = env("XDG_CACHE_HOME"); x && x[0] == '/') {
+    p.cache_dir = std::string(x) + "/hkfac";
+  } else if (const char *h = env("HOME")) {
+    p.cache_dir = std::string(h) + "/.cache/hkfac";
+  } else {
+    p.cache_off = true;
   }
   p.gpu = target.has_gpu_feature();
   p.gpu_max_threads = static_cast<int>(env_int("HKFAC_GPU_MAX_THREADS", 1024, 32, 4096));

@@ -45,24 +45,36 @@ struct Parameters {
   double last_level_cache = 16 * 1024 * 1024;
   double balance = 40;
 
-  int beam_size = 32;          // HL_BEAM_SIZE; 1 = greedy
-  int num_passes = 5;          // HL_NUM_PASSES; 1 when greedy
-  int random_dropout = 100;    // HL_RANDOM_DROPOUT: percent chance no state is dropped (beam_search)
-  uint64_t seed = 0;           // HL_SEED
-  std::string weights_path;    // HL_WEIGHTS_DIR; empty: the embedded baseline
+  int beam_size = 32;       // HL_BEAM_SIZE; 1 = greedy
+  int num_passes = 5;       // HL_NUM_PASSES; 1 when greedy
+  int random_dropout = 100; // HL_RANDOM_DROPOUT: percent chance no state is dropped (beam_search)
+  uint64_t seed = 0;        // HL_SEED
+  std::string weights_path; // HL_WEIGHTS_DIR; empty: the embedded baseline
   bool randomize_weights = false; // HL_RANDOMIZE_WEIGHTS (1, or a seed)
   uint64_t weights_seed = 0;
   bool allow_version_mismatch = false; // HKFAC_ALLOW_VERSION_MISMATCH
-  int debug = 0;               // HL_DEBUG_AUTOSCHEDULE
-  double time_limit_s = 0;     // HKFAC_TIME_LIMIT_S; 0 = none
+  int debug = 0;                       // HL_DEBUG_AUTOSCHEDULE
+  double time_limit_s = 0;             // HKFAC_TIME_LIMIT_S; 0 = none
   // HKFAC_ROLLOUT: score each candidate as the best complete schedule so far completes it
   // (beam_search.h), not by its decided part alone.
   bool rollout = false;
   int top_k = 0;               // HKFAC_TOPK
   std::string top_k_dir = "."; // HKFAC_TOPK_DIR
   int threads = 0;             // HKFAC_THREADS; 0 = every core
-  unsigned placements = kPlaceDefault; // HKFAC_PLACEMENTS: root,inline,tile,task,slide,nest,reorder,rsplit,lanes, all
-  std::string inject_failure;  // HKFAC_INJECT_FAILURE (tests): analysis|search|apply
+  // HKFAC_PLACEMENTS: root,inline,tile,task,slide,nest,reorder,rsplit,lanes, all
+  unsigned placements = kPlaceDefault;
+  // HKFAC_INJECT_FAILURE (tests): analysis|search|apply, or candidate-crash|candidate-hang
+  // (measured selection's first candidate, the search's pick, crashes or hangs in its process)
+  std::string inject_failure;
+  // Measured selection (measure.h): HKFAC_TUNE_SECONDS bounds compiling and timing candidates
+  // on this host; 0 is the model alone; unset (negative here) sizes it by the pipeline
+  // (default_tune_seconds). HKFAC_TUNE_CANDIDATES: how many diverse candidates at most.
+  double tune_seconds = -1;
+  int tune_candidates = 6;
+  // HKFAC_CACHE_DIR: the per-user cache of timings and measured schedules (tuning_cache.h);
+  // unset: $XDG_CACHE_HOME/hkfac, else ~/.cache/hkfac; "off": none.
+  std::string cache_dir;
+  bool cache_off = false;
   // HKFAC_REFEATURIZE: a file of "old.featurization new.featurization" lines, archived samples
   // of this pipeline to carry to the current features (refeaturize.h) before the search.
   std::string refeaturize_list;
@@ -70,10 +82,10 @@ struct Parameters {
   // GPU targets (any GPU feature): the device's limits. MachineParams' parallelism counts the
   // streaming multiprocessors there (Li2018 reads it the same way).
   bool gpu = false;
-  int gpu_max_threads = 1024;     // HKFAC_GPU_MAX_THREADS: threads per block
+  int gpu_max_threads = 1024;          // HKFAC_GPU_MAX_THREADS: threads per block
   double gpu_shared_bytes = 48 * 1024; // HKFAC_GPU_SHARED_BYTES: shared memory per block
-  double gpu_thread_bytes = 512;  // HKFAC_GPU_THREAD_BYTES: one thread's staged producers
-  int gpu_sms = 16;               // HKFAC_GPU_SMS, else MachineParams' parallelism
+  double gpu_thread_bytes = 512;       // HKFAC_GPU_THREAD_BYTES: one thread's staged producers
+  int gpu_sms = 16;                    // HKFAC_GPU_SMS, else MachineParams' parallelism
 
   static Parameters from(const Halide::MachineParams &params,
                          const Halide::Target &target = Halide::get_host_target());

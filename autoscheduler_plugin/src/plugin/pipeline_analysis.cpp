@@ -2,11 +2,12 @@
 #include "pipeline_analysis.h"
 
 #include <algorithm>
+#include <iostream>
 #include <map>
 #include <set>
+#include <sstream>
 
 #include "inline_sharing.h"
-
 
 namespace hkfac::sched {
 
@@ -106,8 +107,7 @@ class ApplyEstimates : public IRMutator {
       if (op->name == op->param.name() + ".extent." + dim) {
         Expr e = op->param.extent_constraint_estimate(i);
         input_check(e.defined()) << "Hkfac: the input \"" << op->param.name()
-                                 << "\" needs an estimate of the extent of dimension " << i
-                                 << "\n";
+                                 << "\" needs an estimate of the extent of dimension " << i << "\n";
         return cast(op->type, e);
       }
     }
@@ -128,9 +128,51 @@ double constant_of(const Expr &e, const std::string &what) {
     return static_cast<double>(*u);
   if (const double *f = as_const_float(s))
     return *f;
-  input_check(false) << "Hkfac: " << what << " is not a constant after applying the estimates: " << s
-             << "\n";
+  input_check(false) << "Hkfac: " << what
+                     << " is not a constant after applying the estimates: " << s << "\n";
   return 0;
+}
+
+std::string expr_text(const Expr &e) {
+  std::ostringstream out;
+  out << e;
+  const std::string t = out.str();
+  return t.size() > 160 ? t.substr(0, 160) + "..." : t;
+}
+
+// A number where `e` simplifies to one.
+bool constant_value(const Expr &e, double &out) {
+  const Expr s = simplify(e);
+  if (const int64_t *i = as_const_int(s))
+    out = static_cast<double>(*i);
+  else if (const uint64_t *u = as_const_uint(s))
+    out = static_cast<double>(*u);
+  else if (const double *f = as_const_float(s))
+    out = *f;
+  else
+    return false;
+  return true;
+}
+
+// Dimension d of the region `a` reads at the loop bounds `at`, as numbers. A region whose place
+// depends on data or on values the estimates do not fix but whose size does not (a lookup at an
+// index computed from the parameters reads one point, somewhere) is costed at its size; one
+// whose size is not fixed either is the plugin's limit, not the user's error: it is costed as one
+// point, and said in one line (Halide computes the real region when the pipeline runs).
+Span constant_span(const Access &a, size_t d, const std::map<std::string, Expr> &at,
+                   const std::string &what) {
+  Span s;
+  const Expr lo = a.raw_min[d].defined() ? substitute(at, a.raw_min[d]) : Expr();
+  const Expr hi = a.raw_max[d].defined() ? substitute(at, a.raw_max[d]) : Expr();
+  double extent = 0;
+  if (lo.defined() && hi.defined() && constant_value(lo, s.min) && constant_value(hi, s.max))
+    return s;
+  if (lo.defined() && hi.defined() && constant_value(hi - lo, extent) && extent >= 0)
+    return {0, extent};
+  std::cerr << "Hkfac: " << what << " (dimension " << d << ") has no size under the estimates"
+            << (hi.defined() && lo.defined() ? " (" + expr_text(simplify(hi - lo)) + ")" : "")
+            << "; it is costed as one point and scheduled like the rest\n";
+  return {0, 0};
 }
 
 // What a stage computes: its values, and an update's coordinates and predicate.
@@ -156,7 +198,8 @@ bool reads_one_point(const Halide::Internal::Box &b) {
 // How each call in a stage moves along the innermost loop variable.
 class CallClassifier : public IRGraphVisitor {
 public:
-  CallClassifier(std::string self, std::string inner) : self_(std::move(self)), inner_(std::move(inner)) {}
+  CallClassifier(std::string self, std::string inner)
+      : self_(std::move(self)), inner_(std::move(inner)) {}
   struct Counts {
     int calls = 0, dense = 0, broadcast = 0, gather = 0, elem_bytes = 4;
     int strided = 0; // of the gathers: a constant stride of 2 to 4 in dimension 0 alone
@@ -325,8 +368,7 @@ PipelineAnalysis::PipelineAnalysis(const std::vector<Function> &outputs, const T
       for (const Expr &e : exprs)
         e.accept(&classifier);
       // An update whose RVars are inner classifies again against its vector lanes.
-      const std::string lane =
-          n.dims > 0 && s.pure_arg_is_loop[0] ? n.func.args()[0] : inner;
+      const std::string lane = n.dims > 0 && s.pure_arg_is_loop[0] ? n.func.args()[0] : inner;
       CallClassifier lanes(n.name, lane);
       if (lane != inner)
         for (const Expr &e : exprs)
@@ -353,10 +395,14 @@ PipelineAnalysis::PipelineAnalysis(const std::vector<Function> &outputs, const T
         a.producer = id == id_of.end() ? -1 : id->second;
         a.exact = true;
         for (const Interval &iv : kv.second.bounds) {
-          a.raw_min.push_back(iv.has_lower_bound() ? iv.min : Expr());
-          a.raw_max.push_back(iv.has_upper_bound() ? iv.max : Expr());
-          a.min.emplace_back(iv.has_lower_bound() ? simplify(iv.min) : Expr(), symbols);
-          a.max.emplace_back(iv.has_upper_bound() ? simplify(iv.max) : Expr(), symbols);
+          // Bounds through a Func's value bounds (a lookup indexed by scalar Funcs of the
+          // parameters) carry parameters the definition's estimates did not reach.
+          const Expr lo = iv.has_lower_bound() ? with_estimates(iv.min) : Expr();
+          const Expr hi = iv.has_upper_bound() ? with_estimates(iv.max) : Expr();
+          a.raw_min.push_back(lo);
+          a.raw_max.push_back(hi);
+          a.min.emplace_back(lo, symbols);
+          a.max.emplace_back(hi, symbols);
           a.exact &= a.min.back().valid() && a.max.back().valid();
         }
         auto c = classifier.counts.find(kv.first);
@@ -376,10 +422,10 @@ PipelineAnalysis::PipelineAnalysis(const std::vector<Function> &outputs, const T
         }
         for (const CallClassifier &by_dim : along) {
           auto ac = by_dim.counts.find(kv.first);
-          a.lanes_along.push_back(ac == by_dim.counts.end()
-                                      ? std::array<int, 3>{0, 0, 0}
-                                      : std::array<int, 3>{ac->second.dense, ac->second.broadcast,
-                                                           ac->second.gather});
+          a.lanes_along.push_back(
+              ac == by_dim.counts.end()
+                  ? std::array<int, 3>{0, 0, 0}
+                  : std::array<int, 3>{ac->second.dense, ac->second.broadcast, ac->second.gather});
         }
         auto rc = rows.counts.find(kv.first);
         if (rc != rows.counts.end())
@@ -410,8 +456,7 @@ PipelineAnalysis::PipelineAnalysis(const std::vector<Function> &outputs, const T
   }
   for (FuncNode &n : funcs) {
     n.can_inline = !n.is_output && !n.must_be_root && n.func.can_be_inlined() &&
-                   !n.func.has_update_definition() && !n.consumers.empty() &&
-                   !n.gathers_one_point;
+                   !n.func.has_update_definition() && !n.consumers.empty() && !n.gathers_one_point;
     if (n.gathers_one_point)
       n.vector_width = 1;
   }
@@ -453,7 +498,8 @@ PipelineAnalysis::PipelineAnalysis(const std::vector<Function> &outputs, const T
         seen[d] = true;
       }
       for (int d = 0; d < n.dims; ++d)
-        input_check(seen[d]) << "Hkfac: the output \"" << n.func.origin_name().substr(0, n.func.origin_name().find('$'))
+        input_check(seen[d]) << "Hkfac: the output \""
+                             << n.func.origin_name().substr(0, n.func.origin_name().find('$'))
                              << "\" needs an estimate on dimension " << d << " (\""
                              << n.func.args()[d] << "\") for autoscheduling\n";
     }
@@ -491,13 +537,8 @@ PipelineAnalysis::PipelineAnalysis(const std::vector<Function> &outputs, const T
               make_const(Int(32), static_cast<int64_t>(values[2 * i + 1]));
         }
         Box b(a.raw_min.size());
-        for (size_t d = 0; d < b.size(); ++d) {
-          const std::string what = "the region of " + a.name + " that " + n.name + " reads";
-          plugin_check(a.raw_min[d].defined() && a.raw_max[d].defined())
-              << "Hkfac: " << what << " is unbounded\n";
-          b[d].min = constant_of(substitute(at, a.raw_min[d]), what);
-          b[d].max = constant_of(substitute(at, a.raw_max[d]), what);
-        }
+        for (size_t d = 0; d < b.size(); ++d)
+          b[d] = constant_span(a, d, at, "the region of " + a.name + " that " + n.name + " reads");
         box_union_into(funcs[a.producer].root_region, b);
       }
     }

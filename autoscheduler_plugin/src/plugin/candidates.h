@@ -1,0 +1,35 @@
+// The diverse complete schedules that measured selection times.
+#pragma once
+
+#include <string>
+#include <vector>
+
+#include "cost_model.h"
+#include "parameters.h"
+#include "pipeline_analysis.h"
+#include "schedule_state.h"
+
+namespace hkfac::sched {
+
+struct Candidate {
+  StatePtr state;
+  std::string origin; // how it was found, for the log: "beam", "root and inline", ...
+};
+
+// Up to `count` complete schedules for timing, the search's pick (search_pool[0]) first. Timing K
+// near-copies of one beam state would measure the model's one guess K times, so the others differ
+// where it matters: each places the costliest Funcs (the most points times operations at root)
+// differently from every candidate before it, where the pool allows; then any other placement.
+// The pool is the beam search's distinct schedules plus the best schedules of searches held to
+// fewer kinds of placement — every Func inlined or at root (the plain, robust schedule that
+// Halide users write first), then compute_at per tile or per parallel task alone — which the
+// model ranks below its favourite but which bound how wrong that favourite can be.
+std::vector<Candidate> diverse_candidates(const PipelineAnalysis &dag, CostModel &model,
+                                          const Parameters &params,
+                                          const std::vector<StatePtr> &search_pool, int count);
+
+// The Funcs whose placement defines a candidate's shape: the `k` with the most points times
+// operations at root (ties to the later Func), excluding outputs, whose placement is fixed.
+std::vector<int> costliest_funcs(const PipelineAnalysis &dag, int k);
+
+} // namespace hkfac::sched

@@ -1,0 +1,89 @@
+// Measured selection (see measured_selection.h).
+#include "measured_selection.h"
+
+#include <algorithm>
+#include <chrono>
+#include <cmath>
+#include <sstream>
+#include <thread>
+
+namespace hkfac::sched {
+
+double default_tune_seconds(const PipelineAnalysis &dag) {
+  return std::clamp(2.0 + 0.5 * dag.num_stages, 3.0, 30.0);
+}
+
+MeasuredSelection choose_by_measurement(const PipelineAnalysis &dag,
+                                        const std::vector<Halide::Internal::Function> &outputs,
+                                        std::vector<Candidate> candidates,
+                                        const MeasureSettings &settings, const Parameters &params) {
+  const auto t0 = std::chrono::steady_clock::now();
+  MeasuredSelection sel;
+  sel.candidates = std::move(candidates);
+  std::vector<StatePtr> states;
+  for (const Candidate &c : sel.candidates)
+    states.push_back(c.state);
+  sel.timings = measure_candidates(dag, outputs, states, settings, params);
+  sel.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+
+  double best = INFINITY;
+  for (size_t i = 0; i < sel.timings.size(); ++i)
+    if (sel.timings[i].ok && sel.timings[i].ms < best) {
+      best = sel.timings[i].ms;
+      sel.chosen = static_cast<int>(i);
+    }
+  sel.measured = std::isfinite(best);
+  int ran = 0, failed = 0;
+  for (const Timing &t : sel.timings) {
+    ran += t.ok;
+    failed += !t.ok && t.failure.rfind("not compiled", 0) != 0;
+  }
+  std::ostringstream line;
+  line.precision(3);
+  if (!sel.measured) {
+    line << "measured selection timed none of " << sel.candidates.size() << " candidates in "
+         << sel.seconds << " s (" << (sel.timings.empty() ? "none" : sel.timings[0].failure)
+         << "); applied the model's pick";
+  } else {
+    const Timing &model_pick = sel.timings[0];
+    line << "timed " << ran << " of " << sel.candidates.size() << " candidates in " << sel.seconds
+         << " s; applied the " << sel.candidates[sel.chosen].origin << " candidate #" << sel.chosen
+         << " (" << best << " ms";
+    if (sel.chosen != 0 && model_pick.ok)
+      line << "; the model's pick " << model_pick.ms << " ms";
+    else if (sel.chosen != 0)
+      line << "; the model's pick did not run: " << model_pick.failure;
+    line << ")";
+    if (failed)
+      line << "; " << failed << " failed";
+  }
+  sel.summary = line.str();
+  return sel;
+}
+
+MeasuredSelection select_by_measurement(const PipelineAnalysis &dag,
+                                        const std::vector<Halide::Internal::Function> &outputs,
+                                        CostModel &model, const Parameters &params,
+                                        const std::vector<StatePtr> &pool, const HostRun &host,
+                                        double budget_s) {
+  const auto t0 = std::chrono::steady_clock::now();
+  std::vector<Candidate> candidates =
+      diverse_candidates(dag, model, params, pool, params.tune_candidates);
+  const double chosen_s =
+      std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  MeasureSettings m;
+  m.budget_s = std::max(0.0, budget_s - chosen_s);
+  m.jit = host.jit;
+  const int cores = static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
+  m.compile_jobs = params.threads > 0 ? std::min(params.threads, cores) : cores;
+  m.seed = params.seed + 1;
+  if (params.inject_failure == "candidate-crash")
+    m.inject_crash = 0;
+  if (params.inject_failure == "candidate-hang")
+    m.inject_hang = 0;
+  MeasuredSelection sel = choose_by_measurement(dag, outputs, std::move(candidates), m, params);
+  sel.seconds += chosen_s;
+  return sel;
+}
+
+} // namespace hkfac::sched
