@@ -7,7 +7,7 @@
 set -euo pipefail
 gen=$1 plugin=$2 tool=$3 predict=$4 weights=$5 work=$6
 rm -rf "$work" && mkdir -p "$work/out"
-export HKFAC_CACHE_DIR="$work/cache" HKFAC_TUNE_SECONDS=6 HL_BEAM_SIZE=2
+export HKFAC_CACHE_DIR="$work/cache" HKFAC_TUNE_SECONDS=20 HL_BEAM_SIZE=2
 run() {
   "$gen" -g unsharp -o "$work/out" -e static_library,h -p "$plugin" -s Hkfac \
     target=x86-64-linux-avx-avx2-f16c-fma-sse41 auto_schedule=true \

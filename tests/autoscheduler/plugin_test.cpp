@@ -924,6 +924,14 @@ TEST_F(HkfacPlugin, BadWeightsFailWithTheReadersError) {
       error_of([&] { Pipeline(p.out).auto_schedule("Hkfac", kTarget, machine()); });
   EXPECT_NE(msg.find("HL_WEIGHTS_DIR"), std::string::npos) << msg;
   EXPECT_NE(msg.find(path), std::string::npos) << msg;
+  // A file that is not weights at all is no version mismatch: no advice to allow one.
+  EXPECT_EQ(msg.find("HKFAC_ALLOW_VERSION_MISMATCH"), std::string::npos) << msg;
+  ScopedEnv missing("HL_WEIGHTS_DIR", (::testing::TempDir() + "hkfac_no_such.weights").c_str());
+  SmallPipeline q(64, 64);
+  const std::string gone =
+      error_of([&] { Pipeline(q.out).auto_schedule("Hkfac", kTarget, machine()); });
+  EXPECT_NE(gone.find("hkfac_no_such.weights"), std::string::npos) << gone;
+  EXPECT_EQ(gone.find("HKFAC_ALLOW_VERSION_MISMATCH"), std::string::npos) << gone;
 }
 
 TEST_F(HkfacPlugin, AdamsFeatureWeightsAreRefusedUnlessAllowed) {
@@ -933,6 +941,7 @@ TEST_F(HkfacPlugin, AdamsFeatureWeightsAreRefusedUnlessAllowed) {
   const std::string msg =
       error_of([&] { Pipeline(p.out).auto_schedule("Hkfac", kTarget, machine()); });
   EXPECT_NE(msg.find("version"), std::string::npos) << msg;
+  EXPECT_NE(msg.find("HKFAC_ALLOW_VERSION_MISMATCH"), std::string::npos) << msg;
   ScopedEnv allow("HKFAC_ALLOW_VERSION_MISMATCH", "1");
   SmallPipeline q(64, 64);
   EXPECT_EQ(error_of([&] { Pipeline(q.out).auto_schedule("Hkfac", kTarget, machine()); }), "");
@@ -946,7 +955,11 @@ TEST_F(HkfacPlugin, BadParameterValuesNameTheVariable) {
                                                           {"HKFAC_TIME_LIMIT_S", "-1"},
                                                           {"HL_SEED", "1x"},
                                                           {"HKFAC_PLACEMENTS", "root,slid"},
-                                                          {"HKFAC_PLACEMENTS", "tile,,nest"}}) {
+                                                          {"HKFAC_PLACEMENTS", "tile,,nest"},
+                                                          {"HKFAC_PLACEMENTS", ""},
+                                                          {"HKFAC_TUNE_SECONDS", "-2"},
+                                                          {"HKFAC_TUNE_CANDIDATES", "0"},
+                                                          {"HKFAC_ITERATION_BYTES", "x"}}) {
     ScopedEnv e(name, value);
     SmallPipeline p(64, 64);
     const std::string msg =
@@ -1021,7 +1034,8 @@ TEST_F(HkfacPlugin, ModelOnlyWithAnEmptyCacheGivesTheSameScheduleForTheSameSeed)
 TEST_F(HkfacPlugin, MeasuredScheduleIsReusedAndNotAppliedToAChangedPipeline) {
   const std::string dir = fresh_dir("reuse");
   ScopedEnv cache("HKFAC_CACHE_DIR", dir.c_str());
-  ScopedEnv tune("HKFAC_TUNE_SECONDS", "8");
+  // A budget that a loaded host (other tests beside it) still compiles three candidates in.
+  ScopedEnv tune("HKFAC_TUNE_SECONDS", "30");
   ScopedEnv beam("HL_BEAM_SIZE", "2");
   const Target host = get_host_target().without_feature(Target::AVX512_SapphireRapids);
   auto schedule = [&](int w, int h, std::string *err) {
@@ -1053,7 +1067,7 @@ TEST_F(HkfacPlugin, MeasuredScheduleIsReusedAndNotAppliedToAChangedPipeline) {
 }
 
 TEST_F(HkfacPlugin, MeasuredSelectionSurvivesACandidateThatCrashes) {
-  ScopedEnv tune("HKFAC_TUNE_SECONDS", "8");
+  ScopedEnv tune("HKFAC_TUNE_SECONDS", "30");
   ScopedEnv beam("HL_BEAM_SIZE", "2");
   ScopedEnv f("HKFAC_INJECT_FAILURE", "candidate-crash");
   const Target host = get_host_target().without_feature(Target::AVX512_SapphireRapids);

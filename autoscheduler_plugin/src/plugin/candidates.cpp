@@ -4,6 +4,7 @@
 #include <algorithm>
 #include <map>
 #include <set>
+#include <tuple>
 
 #include "beam_search.h"
 #include "search_space.h"
@@ -19,12 +20,27 @@ double stage_ops(const StageNode &s) {
   return std::max(1.0, ops);
 }
 
-using Shape = std::vector<PlacementKey>;
+// A candidate's shape where it matters: the placement of each costly Func, and for those at root
+// (the outputs among them) the class of their tiles along dimensions 0 and 1 — whole, wide
+// (128 or more), medium (32 to 127) or narrow — so that strips over the whole width and
+// squarer tiles count as different shapes (a transposed read wants the second).
+using Shape = std::vector<std::tuple<PlacementKey, int, int>>;
 
-Shape shape_of(const State &s, const std::vector<int> &funcs) {
+int tile_class(const FuncChoice &c, const Box &region, size_t d) {
+  if (d >= c.tile.size() || d >= region.size() || c.tile[d] >= region[d].extent())
+    return 0;
+  return c.tile[d] >= 128 ? 1 : c.tile[d] >= 32 ? 2 : 3;
+}
+
+Shape shape_of(const PipelineAnalysis &dag, const State &s, const std::vector<int> &funcs) {
   Shape shape;
-  for (int f : funcs)
-    shape.push_back(placement_key(s.choices[f]));
+  for (int f : funcs) {
+    const FuncChoice &c = s.choices[f];
+    const bool root = c.placement == Placement::Root;
+    const Box &r = dag.funcs[f].root_region;
+    shape.emplace_back(placement_key(c), root ? tile_class(c, r, 0) : -1,
+                       root ? tile_class(c, r, 1) : -1);
+  }
   return shape;
 }
 
@@ -104,15 +120,18 @@ std::vector<Candidate> diverse_candidates(const PipelineAnalysis &dag, CostModel
       take(i);
       break;
     }
-  const std::vector<int> costly = costliest_funcs(dag, 3);
+  std::vector<int> costly = costliest_funcs(dag, 3);
+  for (const FuncNode &f : dag.funcs)
+    if (f.is_output)
+      costly.push_back(f.id);
   std::set<Shape> shapes;
   std::set<uint64_t> structures;
   for (const Candidate &c : out) {
-    shapes.insert(shape_of(*c.state, costly));
+    shapes.insert(shape_of(dag, *c.state, costly));
     structures.insert(full_shape(*c.state));
   }
   for (size_t i = 0; i < pool.size() && static_cast<int>(out.size()) < count; ++i)
-    if (!taken[i] && shapes.insert(shape_of(*pool[i].state, costly)).second) {
+    if (!taken[i] && shapes.insert(shape_of(dag, *pool[i].state, costly)).second) {
       structures.insert(full_shape(*pool[i].state));
       take(i);
     }

@@ -16,10 +16,11 @@ struct Candidate {
   std::string origin; // how it was found, for the log: "beam", "root and inline", ...
 };
 
-// Up to `count` complete schedules for timing, the search's pick (search_pool[0]) first. Timing K
-// near-copies of one beam state would measure the model's one guess K times, so the others differ
-// where it matters: each places the costliest Funcs (the most points times operations at root)
-// differently from every candidate before it, where the pool allows; then any other placement.
+// Up to `count` complete schedules for timing, the search's pick (search_pool[0]) first. Timing
+// K near-copies of one beam state would measure the model's one guess K times, so the others
+// differ where it matters: each places the costliest Funcs (the most points times operations at
+// root) differently from every candidate before it, or tiles them or the outputs in another
+// shape (strips or squarer tiles), where the pool allows; then any other placement.
 // The pool is the beam search's distinct schedules plus the best schedules of searches held to
 // fewer kinds of placement — every Func inlined or at root (the plain, robust schedule that
 // Halide users write first), then compute_at per tile or per parallel task alone — which the

@@ -20,8 +20,8 @@ namespace hkfac::sched {
 // An ensemble (HL_WEIGHTS_DIR=a.weights:b.weights:...) scores each schedule with the median of
 // its members' predictions (two members: their geometric mean), so that one member's
 // extrapolation to a cheap schedule the others rate dear is outvoted (file sets trained alike
-// pick schedules up to 27x apart on the apps; a geometric mean of two did not outvote such
-// errors, docs/RESULTS.md).
+// pick schedules far apart, and a geometric mean of two did not outvote such errors: see
+// docs/RESULTS.md#median-ensembles-of-bagged-files).
 class CostModel {
 public:
   CostModel(const PipelineAnalysis &dag, const Parameters &params);

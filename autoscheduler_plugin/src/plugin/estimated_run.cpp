@@ -133,8 +133,10 @@ EstimatedRun::EstimatedRun(const PipelineAnalysis &dag, const std::vector<Functi
         o.min.push_back(static_cast<int>(std::floor(s.min)));
         o.extent.push_back(static_cast<int>(std::llround(s.extent())));
       }
-      for (const Type &t : f.func.output_types()) {
-        o.type = t;
+      const std::vector<Parameter> &buffers = f.func.output_buffers();
+      for (size_t k = 0; k < f.func.output_types().size(); ++k) {
+        o.type = f.func.output_types()[k];
+        o.name = k < buffers.size() ? buffers[k].name() : f.func.name();
         outputs_.push_back(o);
       }
     }
@@ -159,6 +161,30 @@ std::string EstimatedRun::describe() const {
     region(o.min, o.extent);
     out << "\n";
   }
+  return out.str();
+}
+
+std::string EstimatedRun::runner_spec() const {
+  std::ostringstream out;
+  out.precision(17);
+  auto buffer = [&](const std::string &name, const std::vector<int> &min,
+                    const std::vector<int> &extent) {
+    out << "buffer " << name << " " << min.size();
+    for (size_t d = 0; d < min.size(); ++d)
+      out << " " << min[d] << " " << extent[d];
+    out << "\n";
+  };
+  for (const Input &in : inputs_) {
+    if (in.param.is_buffer()) {
+      buffer(in.param.name(), in.min, in.extent);
+      continue;
+    }
+    const Expr v = simplify(cast(Float(64), in.value));
+    const double *f = as_const_float(v);
+    out << "scalar " << in.param.name() << " " << (f ? *f : 0.0) << "\n";
+  }
+  for (const Output &o : outputs_)
+    buffer(o.name, o.min, o.extent);
   return out.str();
 }
 

@@ -28,6 +28,10 @@ public:
   // per line: part of what identifies the pipeline (pipeline_fingerprint.h).
   std::string describe() const;
 
+  // The same for the timing runner (src/runner/timing_runner.cpp): "buffer NAME DIMS MIN EXTENT
+  // ..." per buffer argument, outputs included, and "scalar NAME VALUE" per scalar.
+  std::string runner_spec() const;
+
   // Binds the inputs (allocating and filling them) and allocates the outputs. Call once, in the
   // process that runs the pipeline: it sets the parameters' buffers and scalars.
   void bind(uint64_t seed);
@@ -43,6 +47,7 @@ private:
   };
   std::vector<Input> inputs_;
   struct Output {
+    std::string name; // the output buffer argument's name (the Func's, ".i" for tuple value i)
     Halide::Type type;
     std::vector<int> min, extent;
   };

@@ -117,8 +117,8 @@ Box LoopNestModel::site_box(int consumer, SiteLevel level) const {
   return tiles_box(consumer, level == kPerTask ? static_cast<size_t>(c.parallel_dims) : SIZE_MAX);
 }
 
-bool LoopNestModel::need_at_site(int producer, int site_func, SiteLevel level, Box &need,
-                                 int depth, bool outer) const {
+bool LoopNestModel::need_at_site(int producer, int site_func, SiteLevel level, Box &need, int depth,
+                                 bool outer) const {
   if (depth > 64)
     return false;
   const FuncNode &p = dag_.funcs[producer];
@@ -132,8 +132,7 @@ bool LoopNestModel::need_at_site(int producer, int site_func, SiteLevel level, B
       gbox = outer ? outer_box(site_func) : site_box(site_func, level);
     } else if (outer && gc.placement == Placement::At && gc.at_func == site_func) {
       gbox = funcs_[g].outer_region;
-    } else if (gc.placement == Placement::At && gc.at_func == site_func &&
-               gc.at_level == level) {
+    } else if (gc.placement == Placement::At && gc.at_func == site_func && gc.at_level == level) {
       gbox = funcs_[g].region;
     } else if (gc.placement == Placement::Inline) {
       if (!need_at_site(g, site_func, level, gbox, depth + 1, outer))
@@ -149,6 +148,23 @@ bool LoopNestModel::need_at_site(int producer, int site_func, SiteLevel level, B
     }
   }
   return !need.empty();
+}
+
+double LoopNestModel::bytes_per_iteration(int producer, int site, SiteLevel level,
+                                          bool store_outer, double *site_points) const {
+  Box need;
+  if (!has_site(site, level) || !need_at_site(producer, site, level, need, 0, store_outer))
+    return -1;
+  if (site_points)
+    *site_points = box_points(site_box(site, level));
+  double bytes = box_points(need) * dag_.funcs[producer].bytes_per_point;
+  for (const FuncNode &g : dag_.funcs) {
+    const FuncChoice &c = state_.choices[g.id];
+    if (g.id != producer && funcs_[g.id].computed && c.placement == Placement::At &&
+        c.at_func == site && c.at_level == level)
+      bytes += box_points(funcs_[g.id].storage) * g.bytes_per_point;
+  }
+  return bytes;
 }
 
 bool LoopNestModel::reads_strided_lanes(int id, int depth) const {
@@ -253,7 +269,8 @@ void LoopNestModel::model_func(int id) {
       for (size_t d = 1; d < site.region.size(); ++d)
         iterations *= std::max(1.0, site.region[d].extent());
     const std::vector<int> split = split_dims_outermost_first(sc, site.region);
-    const size_t count = c.at_level == kPerTask ? static_cast<size_t>(sc.parallel_dims) : split.size();
+    const size_t count =
+        c.at_level == kPerTask ? static_cast<size_t>(sc.parallel_dims) : split.size();
     for (size_t i = 0; i < count && i < split.size(); ++i) {
       const double e = std::ceil(site.region[split[i]].extent() / sc.tile[split[i]]);
       iterations *= e;
@@ -323,7 +340,8 @@ void LoopNestModel::model_func(int id) {
         continue;
       double points = m.realizations;
       for (const LoopDim &l : s.loops)
-        points *= l.is_rvar ? std::max(1.0, l.rextent) : std::max(1.0, m.region[l.pure_arg].extent());
+        points *=
+            l.is_rvar ? std::max(1.0, l.rextent) : std::max(1.0, m.region[l.pure_arg].extent());
       if (points > kMaxAtRecompute * std::max(1.0, s.points_minimum))
         legal_ = false;
     }

@@ -67,6 +67,12 @@ public:
   // Whether a producer computed per tile of `consumer` can be stored one loop further out, its
   // innermost tile loop being serial (FuncChoice::store_outer).
   bool slides_at(int consumer) const;
+  // The bytes one allocation of `producer` computed at `site`'s loop at `level` would take (its
+  // outer region when stored outer, a sliding window), plus what the Funcs already computed there
+  // allocate in each iteration; -1 where it cannot be computed there. `site_points`, when given,
+  // receives the points of `site` one iteration computes.
+  double bytes_per_iteration(int producer, int site, SiteLevel level, bool store_outer,
+                             double *site_points = nullptr) const;
 
 private:
   // `consumer`'s region with its `count` outermost tile loops at one tile (the rest run whole).

@@ -5,8 +5,11 @@
 #include <chrono>
 #include <cmath>
 #include <csignal>
+#include <cstdlib>
 #include <cstring>
+#include <dirent.h>
 #include <fcntl.h>
+#include <fstream>
 #include <poll.h>
 #include <sstream>
 #include <sys/resource.h>
@@ -15,6 +18,7 @@
 #include <thread>
 #include <unistd.h>
 
+#include "aot_candidate.h"
 #include "apply_schedule.h"
 #include "estimated_run.h"
 #include "host_quiet.h"
@@ -73,11 +77,20 @@ bool read_line_blocking(int fd, std::string &buffer, std::string &line) {
 }
 
 // The child: applies the candidate to its copy of the Funcs, compiles, then times on request.
+// A crash as Halide's passes would have one. LLVM's file-removal handler returns from a raised
+// signal (a real fault would fault again), so the default action is restored first.
+[[noreturn]] void crash() {
+  signal(SIGSEGV, SIG_DFL);
+  raise(SIGSEGV);
+  _exit(128 + SIGSEGV);
+}
+
 // Protocol (lines): child "C <compile seconds>" or "F <reason>"; parent "T <min seconds> <stop
 // ms>" answered by "R <best ms> <runs>"; parent "Q" ends it.
 [[noreturn]] void child_main(int fd, const PipelineAnalysis &dag,
                              const std::vector<Function> &outputs, const State &state,
-                             EstimatedRun &run, const MeasureSettings &settings, int index,
+                             EstimatedRun &run, const MeasureSettings &settings,
+                             const AotToolchain &tools, const std::string &work, int index,
                              int debug) {
   const rlimit no_core{0, 0};
   setrlimit(RLIMIT_CORE, &no_core); // a crash in Halide's passes leaves no core file behind
@@ -96,6 +109,17 @@ bool read_line_blocking(int fd, std::string &buffer, std::string &line) {
     for (const Function &f : outputs)
       funcs.emplace_back(f);
     Pipeline pipeline(funcs);
+    if (tools.ok) {
+      // Built ahead of time: the timing runner runs it later, in a process of its own.
+      build_candidate(pipeline, settings.jit.without_feature(Target::JIT), tools, work, index);
+      if (index == settings.inject_crash)
+        crash();
+      if (index == settings.inject_hang)
+        for (;;)
+          pause();
+      send_line(fd, "C " + std::to_string(seconds_between(t0, Clock::now())));
+      _exit(0);
+    }
     run.bind(settings.seed);
     pipeline.compile_jit(settings.jit);
     if (index == settings.inject_hang)
@@ -109,7 +133,7 @@ bool read_line_blocking(int fd, std::string &buffer, std::string &line) {
       double min_s = 0, stop_ms = 0;
       std::istringstream(line.substr(1)) >> min_s >> stop_ms;
       if (index == settings.inject_crash)
-        raise(SIGSEGV);
+        crash();
       if (!warm) {
         // The first run faults in the outputs' pages and starts Halide's thread pool.
         pipeline.realize(run.outputs(), settings.jit);
@@ -143,6 +167,7 @@ bool read_line_blocking(int fd, std::string &buffer, std::string &line) {
 struct Child {
   int index = -1; // the candidate
   pid_t pid = -1;
+  std::string runner; // built ahead of time: the executable the timing runs
   int fd = -1;
   std::string buffer;
   bool compiling = true;
@@ -226,6 +251,71 @@ struct Children {
   }
 };
 
+// Starts the timing runner `path` with `spec`, its stdin and stdout on a socket of `c`'s, and
+// waits for it to say it is ready: "" or why it is not.
+std::string start_runner(Child &c, const std::string &path, const std::string &spec, uint64_t seed,
+                         int debug, Clock::time_point deadline) {
+  int sv[2];
+  if (socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, sv) != 0)
+    return "no socket for the timing runner";
+  const std::string seed_text = std::to_string(seed);
+  const pid_t pid = fork();
+  if (pid == 0) {
+    dup2(sv[1], 0);
+    dup2(sv[1], 1);
+    if (debug < 3) {
+      const int null = open("/dev/null", O_WRONLY);
+      if (null >= 0)
+        dup2(null, 2);
+    }
+    const rlimit no_core{0, 0};
+    setrlimit(RLIMIT_CORE, &no_core);
+    execl(path.c_str(), path.c_str(), spec.c_str(), seed_text.c_str(),
+          static_cast<char *>(nullptr));
+    _exit(127);
+  }
+  close(sv[1]);
+  if (pid < 0) {
+    close(sv[0]);
+    return "the timing runner did not start";
+  }
+  c.pid = pid;
+  c.fd = sv[0];
+  c.buffer.clear();
+  std::string line;
+  const Read got = read_line(c, deadline, line);
+  if (got == Read::Line && line == "READY")
+    return "";
+  const std::string why = got == Read::Timeout ? "the timing runner did not start in time"
+                          : got == Read::Line
+                              ? "run: " + line.substr(std::min<size_t>(2, line.size()))
+                              : "run: " + ending(c);
+  stop(c);
+  return why;
+}
+
+// A directory of its own for one measurement's builds, removed with everything in it.
+struct WorkDir {
+  std::string path;
+  WorkDir() {
+    const char *tmp = std::getenv("TMPDIR");
+    std::string pattern = std::string(tmp && *tmp ? tmp : "/tmp") + "/hkfac-candidates-XXXXXX";
+    if (mkdtemp(pattern.data()))
+      path = pattern;
+  }
+  ~WorkDir() {
+    if (path.empty())
+      return;
+    if (DIR *d = opendir(path.c_str())) {
+      while (dirent *e = readdir(d))
+        if (std::strcmp(e->d_name, ".") != 0 && std::strcmp(e->d_name, "..") != 0)
+          std::remove((path + "/" + e->d_name).c_str());
+      closedir(d);
+    }
+    rmdir(path.c_str());
+  }
+};
+
 } // namespace
 
 std::vector<Timing> measure_candidates(const PipelineAnalysis &dag,
@@ -244,6 +334,22 @@ std::vector<Timing> measure_candidates(const PipelineAnalysis &dag,
   }
   const auto start = Clock::now();
   const auto deadline = after(start, settings.budget_s);
+  // Ahead of time and run fresh where a compiler is at hand; else in the children themselves.
+  WorkDir work;
+  AotToolchain tools;
+  if (!settings.runner_dir.empty() && !work.path.empty())
+    tools = aot_toolchain(settings.runner_dir);
+  const std::string spec = work.path + "/arguments.spec";
+  if (tools.ok) {
+    std::ofstream f(spec);
+    f << run.runner_spec();
+    tools.ok = static_cast<bool>(f);
+  }
+  if (!tools.ok && !settings.runner_dir.empty())
+    log_line(params, 1,
+             "candidates timed in this process's children (" +
+                 (tools.why_not.empty() ? std::string("no work directory") : tools.why_not) +
+                 "): large per-task buffers may time faster than in a fresh program");
   HostTimingLock lock(settings.lock_path);
   if (!settings.lock_path.empty())
     lock.shared(std::min(2.0, settings.budget_s / 4));
@@ -270,7 +376,8 @@ std::vector<Timing> measure_candidates(const PipelineAnalysis &dag,
       const pid_t pid = fork();
       if (pid == 0) {
         close(sv[0]);
-        child_main(sv[1], dag, outputs, *candidates[next], run, settings, next, params.debug);
+        child_main(sv[1], dag, outputs, *candidates[next], run, settings, tools, work.path, next,
+                   params.debug);
       }
       close(sv[1]);
       if (pid < 0) {
@@ -318,6 +425,13 @@ std::vector<Timing> measure_candidates(const PipelineAnalysis &dag,
       if (got == Read::Line && line.rfind("C ", 0) == 0) {
         t.compile_s = std::atof(line.c_str() + 2);
         c.compiling = false;
+        if (tools.ok) {
+          // Its build is done: the child ends, and the runner built takes its place later.
+          c.runner = work.path + "/candidate" + std::to_string(c.index);
+          close(c.fd);
+          c.fd = -1;
+          ending(c);
+        }
       } else {
         t.failure = got == Read::Line ? "compile: " + line.substr(std::min<size_t>(2, line.size()))
                                       : "compile: " + ending(c);
@@ -331,9 +445,16 @@ std::vector<Timing> measure_candidates(const PipelineAnalysis &dag,
 
   // Timing: one child at a time, in rounds that rotate the order.
   std::vector<Child *> ready;
-  for (Child &c : kids.all)
+  for (Child &c : kids.all) {
+    if (!c.runner.empty()) {
+      const std::string why =
+          start_runner(c, c.runner, spec, settings.seed, params.debug, after(Clock::now(), 10.0));
+      if (!why.empty())
+        out[c.index].failure = why;
+    }
     if (c.pid > 0 && !c.compiling)
       ready.push_back(&c);
+  }
   bool alone = settings.lock_path.empty();
   if (!ready.empty() && !alone)
     alone = lock.exclusive(std::clamp(seconds_between(Clock::now(), deadline) / 3, 0.5, 5.0));

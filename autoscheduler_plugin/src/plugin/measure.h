@@ -31,15 +31,21 @@ struct MeasureSettings {
   uint64_t seed = 1;         // input data
   std::string lock_path = "/tmp/hkfac-timing.lock"; // host_quiet.h; empty: none
   double max_foreign_share = 0.15; // other processes' share of the cores that spoils a timing
+  // Where the timing runner is compiled and kept (aot_candidate.h): candidates are then built
+  // ahead of time and timed in fresh processes, as a user's program runs them. Empty, or no
+  // compiler: timed in the children that compiled them (JIT).
+  std::string runner_dir;
   // Tests: the child of this candidate dies of SIGSEGV after compiling, or never answers.
   int inject_crash = -1, inject_hang = -1;
 };
 
 // Compiles and times each candidate (most promising first) on inputs of the estimated sizes
-// (estimated_run.h), and returns one Timing per candidate. Each candidate lives in a child
-// process forked from this one: it applies its schedule to its copy of the Funcs, compiles it
-// (JIT) and waits; compiles run `compile_jobs` at a time, then the children are timed one at a
-// time in interleaved rounds while this process holds the host-wide timing lock alone. A
+// (estimated_run.h), and returns one Timing per candidate. Each candidate is compiled in a child
+// process forked from this one, which applies its schedule to its copy of the Funcs: ahead of
+// time into the timing runner where a compiler is at hand (aot_candidate.h), then timed in a
+// fresh process; else JIT, then timed in that child. Compiles run `compile_jobs` at a time, then
+// the candidates are timed one at a time in interleaved rounds while this process holds the
+// host-wide timing lock alone. A
 // candidate whose compile throws, whose child crashes (Halide 14 can die in its own passes) or
 // hangs costs that candidate alone; one whose run takes over five times the best so far keeps
 // that time and is not timed again. This process never applies a candidate, so the caller's

@@ -6,6 +6,7 @@
 #include <cmath>
 #include <sstream>
 #include <thread>
+#include <unistd.h>
 
 namespace hkfac::sched {
 
@@ -77,6 +78,8 @@ MeasuredSelection select_by_measurement(const PipelineAnalysis &dag,
   const int cores = static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
   m.compile_jobs = params.threads > 0 ? std::min(params.threads, cores) : cores;
   m.seed = params.seed + 1;
+  m.runner_dir = params.cache_off ? "/tmp/hkfac-runner-" + std::to_string(getuid())
+                                  : params.cache_dir + "/runner";
   if (params.inject_failure == "candidate-crash")
     m.inject_crash = 0;
   if (params.inject_failure == "candidate-hang")

@@ -77,6 +77,10 @@ Parameters Parameters::from(const Halide::MachineParams &mp, const Halide::Targe
   p.threads = static_cast<int>(env_int("HKFAC_THREADS", 0, 0, 4096));
   if (const char *r = env("HKFAC_REFEATURIZE"))
     p.refeaturize_list = r;
+  const char *placements = std::getenv("HKFAC_PLACEMENTS");
+  input_check(!placements || *placements)
+      << "Hkfac: HKFAC_PLACEMENTS is set but empty; name the kinds (root, inline, tile, task, "
+         "slide, nest, reorder, rsplit, lanes) or all, or unset it\n";
   if (const char *v = env("HKFAC_PLACEMENTS")) {
     p.placements = 0;
     const std::string list = v;
@@ -112,6 +116,8 @@ Parameters Parameters::from(const Halide::MachineParams &mp, const Halide::Targe
   }
   p.tune_seconds = env_double("HKFAC_TUNE_SECONDS", -1, 0, 1e6);
   p.tune_candidates = static_cast<int>(env_int("HKFAC_TUNE_CANDIDATES", 6, 1, 64));
+  p.iteration_bytes = env_double("HKFAC_ITERATION_BYTES", 128 * 1024, 0, 1e15);
+  p.iteration_bytes_per_point = env_double("HKFAC_ITERATION_BYTES_PER_POINT", 8, 0, 1e9);
   if (const char *c = env("HKFAC_CACHE_DIR")) {
     p.cache_off = std::string(c) == "off";
     if (!p.cache_off)

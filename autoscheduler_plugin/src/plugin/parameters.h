@@ -28,9 +28,8 @@ enum PlacementKinds : unsigned {
   // Nor is this: an update vectorized along a higher pure dimension (FuncChoice::update_lanes).
   kPlaceLanes = 256,
   kPlaceAll = 511,
-  // The default is every kind: with weights trained on samples of them all (4,103 of them then,
-  // weights/README.md) the bench bed ran 1.34x Adams2019 greedy, against 1.47x without sliding
-  // windows and nests (docs/RESULTS.md#autoscheduler-plugin-hkfac).
+  // The default is every kind: each paid once the weights were trained on samples that use it
+  // (see docs/RESULTS.md#placement-kinds).
   kPlaceDefault = kPlaceAll,
 };
 
@@ -71,6 +70,13 @@ struct Parameters {
   // (default_tune_seconds). HKFAC_TUNE_CANDIDATES: how many diverse candidates at most.
   double tune_seconds = -1;
   int tune_candidates = 6;
+  // HKFAC_ITERATION_BYTES: the most a Func computed inside another's loops may allocate, with
+  // the others computed there, in each iteration (search_space.h): glibc's default mmap and trim
+  // threshold, under which a fresh program reuses such buffers without returning their memory.
+  double iteration_bytes = 128 * 1024;
+  // HKFAC_ITERATION_BYTES_PER_POINT: more where each iteration computes this many bytes' worth
+  // of its site's points, whose work then pays for the allocation (8: docs/RESULTS.md#allocation-bound).
+  double iteration_bytes_per_point = 8;
   // HKFAC_CACHE_DIR: the per-user cache of timings and measured schedules (tuning_cache.h);
   // unset: $XDG_CACHE_HOME/hkfac, else ~/.cache/hkfac; "off": none.
   std::string cache_dir;

@@ -67,8 +67,15 @@ std::vector<kernels::CostModelWeights> load_plugin_weights(const Parameters &par
   WeightsLoadOptions opt;
   opt.expected_schedule_features = schedule_features;
   opt.allow_version_mismatch = params.allow_version_mismatch;
-  const char *hint = " (weights trained on another featurization predict nothing useful for "
-                     "Hkfac's; HKFAC_ALLOW_VERSION_MISMATCH=1 loads them anyway)";
+  // Said only where the file's feature versions are not ours: that setting loads nothing else.
+  auto hint = [](const hkfac::Error &e) {
+    const std::string what = e.what();
+    return what.find(" version: expected ") == std::string::npos ||
+                   what.find(" for S = ") != std::string::npos
+               ? ""
+               : " (weights trained on another featurization predict nothing useful for "
+                 "Hkfac's; HKFAC_ALLOW_VERSION_MISMATCH=1 loads them anyway)";
+  };
   std::vector<Weights> all;
   if (params.randomize_weights) {
     all.push_back(random_weights(schedule_features, params.weights_seed));
@@ -84,7 +91,7 @@ std::vector<kernels::CostModelWeights> load_plugin_weights(const Parameters &par
       try {
         all.push_back(load_weights(path, opt));
       } catch (const hkfac::Error &e) {
-        input_check(false) << "Hkfac: HL_WEIGHTS_DIR: " << e.what() << hint << "\n";
+        input_check(false) << "Hkfac: HL_WEIGHTS_DIR: " << e.what() << hint(e) << "\n";
       }
     }
     source = params.weights_path;
@@ -98,7 +105,7 @@ std::vector<kernels::CostModelWeights> load_plugin_weights(const Parameters &par
       all.push_back(parse_weights(embedded_baseline_weights(), embedded_baseline_weights_size(),
                                   "the embedded weights/baseline.weights", opt));
     } catch (const hkfac::Error &e) {
-      input_check(false) << "Hkfac: " << e.what() << hint << "\n";
+      input_check(false) << "Hkfac: " << e.what() << hint(e) << "\n";
     }
     source = "embedded weights/baseline.weights";
   }

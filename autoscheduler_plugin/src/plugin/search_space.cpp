@@ -191,7 +191,11 @@ std::vector<FuncChoice> unblocked_choices(const PipelineAnalysis &dag, const Sta
   }
 
   // compute_at: a Func every computed consumer is, or is computed at: a Root Func's tile or task
-  // loop, or the row loop of an At Func (a nest inside its tile).
+  // loop, or the row loop of an At Func (a nest inside its tile). Placements whose producers
+  // allocate more than params.iteration_bytes in each iteration of the site loop are kept only
+  // where nothing else is legal: a program's heap grows and shrinks around every such buffer
+  // (docs/RESULTS.md#measured-selection).
+  std::vector<FuncChoice> oversized;
   std::vector<int> consumers;
   if (!f.must_be_root && computed_consumers(dag, state, id, consumers, 0) && !consumers.empty()) {
     std::vector<int> sites;
@@ -236,12 +240,19 @@ std::vector<FuncChoice> unblocked_choices(const PipelineAnalysis &dag, const Sta
         c.at_level = l;
         c.unroll_rvars = unroll;
         const unsigned kind = !root_site ? kPlaceNest : l == kPerTask ? kPlaceTask : kPlaceTile;
+        auto place = [&](const FuncChoice &choice) {
+          double points = 0;
+          const double bytes = model.bytes_per_iteration(id, site, l, choice.store_outer, &points);
+          const double limit =
+              std::max(params.iteration_bytes, params.iteration_bytes_per_point * points);
+          (bytes > limit ? oversized : out).push_back(choice);
+        };
         if ((params.placements & kind) && keep(c))
-          out.push_back(c);
+          place(c);
         c.store_outer = true;
         if ((params.placements & kPlaceSlide) && root_site && l == kPerTile &&
             model.slides_at(site) && f.stages.size() == 1 && keep(c))
-          out.push_back(c);
+          place(c);
       }
     }
   }
@@ -249,8 +260,10 @@ std::vector<FuncChoice> unblocked_choices(const PipelineAnalysis &dag, const Sta
   // compute_root with tilings (also where HKFAC_PLACEMENTS leaves nothing else).
   FuncChoice root;
   root.placement = Placement::Root;
+  // A later pass that allows only oversized placements here gets none, and the search then
+  // offers every placement (beam_search.cpp), compute_root among them.
   if (!keep(root) || (!(params.placements & kPlaceRoot) && !out.empty()))
-    return out;
+    return out.empty() && allowed.empty() ? oversized : out;
   const Box &r = f.root_region;
   std::vector<std::vector<double>> per_dim(f.dims);
   for (int d = 0; d < f.dims; ++d) {
@@ -308,7 +321,8 @@ std::vector<FuncChoice> unblocked_choices(const PipelineAnalysis &dag, const Sta
   for (size_t i = 0; i < roots.size(); ++i) {
     // A tile is worked on by one core: beyond its share of the last-level cache it streams
     // through memory, so such tilings are kept only when nothing smaller exists.
-    if (tile_bytes[i] > params.last_level_cache / params.parallelism && tile_bytes[i] > smallest_tile)
+    if (tile_bytes[i] > params.last_level_cache / params.parallelism &&
+        tile_bytes[i] > smallest_tile)
       continue;
     out.push_back(roots[i]);
   }
