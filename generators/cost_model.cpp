@@ -355,10 +355,8 @@ private:
   // accumulating the (small) gradient in L1.
   // Below this many (schedule, stage) pairs the training kernel runs on the calling thread. A
   // training step's call is short and comes between other work, so Halide's workers have gone to
-  // sleep, and waking them cost more than they saved at small batches: retrain_cost_model on both
-  // archives made 12-18k context switches (127 with this) and, with 300 µs of other work between
-  // calls, 10 stages of 12 schedules took 57-78 µs on two threads against 50-55 on one; at 32
-  // schedules two threads won, 94 against 103 µs (and 72 against 119 back to back).
+  // sleep, and waking them cost more than they saved at small batches; from this size two threads
+  // win (see docs/RESULTS.md#cost-model-kernel-threads).
   static constexpr int kParallelPairsFrom = 256;
 
   void schedule_cpu(Network &fwd, Network &bwd, RDom r_s, RDom r_ns) {

@@ -37,10 +37,10 @@ constexpr double kTermCeiling = 1e20;
 using FeatureFn = std::function<Halide::Expr(int)>;
 
 // log(1 + x / scale) for a double x >= 0, in float: every term is rounded to float in the end,
-// and on the CPU a double log is a scalar libm call per lane (the four pressure terms' calls were
-// 14% of the inference kernel's time), where a float log vectorizes. A plain log(1 + r) would
-// lose r's low digits in the sum when r is small; log(u)·r/(u − 1) with u = 1 + r (Goldberg's
-// log1p) keeps float's relative accuracy.
+// and on the CPU a double log is a scalar libm call per lane (a measured share of the kernel:
+// see docs/RESULTS.md#cost-model-batch-size), where a float log vectorizes. A plain
+// log(1 + r) would lose r's low digits in the sum when r is small; log(u)·r/(u − 1) with
+// u = 1 + r (Goldberg's log1p) keeps float's relative accuracy.
 inline Halide::Expr log1p_ratio(const Halide::Expr &x, float scale) {
   using namespace Halide;
   const Expr r = cast<float>(x / scale);

@@ -8,8 +8,8 @@
 // accumulator vectors with the ones row), so the product costs dx + 1 multiply-adds per row of
 // X. The untiled variant (covariance_tiles.h) instead first copied X into a block padded with
 // zeros to a vector's width and formed a whole vector-square block from it: 16 multiply-adds per
-// row with AVX-512 and a copy as dear as the product; at d = 8 it ran 0.30-0.36x as fast as
-// OpenBLAS's ssyrk (docs/RESULTS.md#narrow-shapes).
+// row with AVX-512 and a copy as dear as the product, well behind OpenBLAS's ssyrk (see
+// docs/RESULTS.md#narrow-shapes).
 //
 // The last rows' vectors would reach past X's end (the rows of `tail` below): they are read
 // through a clamped index, a gather, in a loop of their own, so the rows before them need no

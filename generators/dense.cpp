@@ -190,8 +190,8 @@ private:
   // row, with nothing to sum; and dW = Xᵀ dZ is one column, X's rows scaled by dZ and summed:
   // down the batch, so each vector of inputs accumulates along X's contiguous rows. As products
   // of the general kernels' tiles, the outer product packed and tiled a depth of one and the
-  // column ran as a narrow tile over Xᵀ's strided columns: 0.37-0.39x OpenBLAS's two sgemm calls
-  // at batch 128, 250 -> 1 (docs/RESULTS.md#narrow-shapes).
+  // column ran as a narrow tile over Xᵀ's strided columns, well behind OpenBLAS's two sgemm
+  // calls (see docs/RESULTS.md#narrow-shapes).
   void generate_one_output(const Expr &batch, const Expr &d_in) {
     if (get_target().has_gpu_feature())
       throw std::invalid_argument("dense_backward: tiles=one_column has a CPU schedule only");

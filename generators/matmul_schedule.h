@@ -42,8 +42,8 @@ namespace hkfac::sched {
 enum class Tiles {
   standard,
   // One-vector tiles, for n <= kNarrowColumnsTo: a 3-vector tile there computes 24 (AVX2) or 48
-  // columns, mostly of zero padding, per row of n. Side by side (gemm NN, AVX2) the narrow tiles
-  // were 2.2-3.7x as fast at 1-8 columns and 1.1-1.4x at 12-16, and mixed at 20 (0.86-1.73x).
+  // columns, mostly of zero padding, per row of n; the narrow tiles win up to 16 columns (see
+  // docs/RESULTS.md#narrow-shapes).
   narrow,
   // n == 1 with a(k, i) contiguous along k (an untransposed a): 8 rows' dot products at a time,
   // whole vectors along k (8 accumulators), the lanes summed at the end. A one-vector tile uses
@@ -172,10 +172,9 @@ public:
     if (pack_a_) {
       // A transposed a, copied once per call into row-major rows: the tiles then read it as they
       // read an untransposed a, as sequential row streams. The copy runs in vector x 8 blocks
-      // (strided vector loads, contiguous stores), 32 rows per task: of five block and task
-      // shapes timed side by side this ran fastest, 36-43 GB/s (AVX2), about 1% of a
-      // 785 x 1000 x 1000 product. The row stride is padded off powers of two: at exactly 256
-      // floats the rows shared L1 sets and a 501 x 250 x 256 product lost 16% to it.
+      // (strided vector loads, contiguous stores), 32 rows per task: the fastest of the block and
+      // task shapes timed. The row stride is padded off powers of two, where the rows shared L1
+      // sets (see docs/RESULTS.md#transposed-operand-packing).
       Var ko("ko"), ro("ro"), ki("ki"), ri("ri"), rt("rt");
       a_copy_.compute_root()
           .tile(kv_, ii_, ko, ro, ki, ri, vec_, 8, TailStrategy::GuardWithIf)
@@ -263,9 +262,8 @@ private:
 
   // Rows of a CPU tile: as many as fit the vector registers beside the tile's 3 panel vectors
   // and one broadcast, at most 8. AVX-512 has 32: 8 rows (24 accumulators). AVX2 has 16: 4 rows
-  // (12); with 8 rows there the accumulators spilled and every product ran at half of OpenBLAS's
-  // speed on a Zen 3 host (0.48-0.56x; 3 x 4: 0.77-1.05x, ahead of 2 x 6, 2 x 5 and 1 x 12 side
-  // by side).
+  // (12); with 8 rows there the accumulators spilled, and 3 x 4 ran fastest of the shapes timed
+  // (see docs/RESULTS.md#matmul-register-tile).
   static int cpu_tile_rows(int vec) {
     const int panel_vectors = 3;
     return std::min(8, (vector_registers(vec) - panel_vectors - 1) / panel_vectors);

@@ -254,8 +254,8 @@ class HostLoad:
     """How many cores the rest of the host kept busy while a benchmark ran: the busy time of the
     cores this driver may run on (/proc/stat) less this driver's own and its children's (the
     benchmark's).
-    A build or test run beside the benchmarks slows them unevenly (1.0-2.9x within one pipeline
-    was seen), which corrupts exactly the orderings the cost model learns, so such timings are
+    A build or test run beside the benchmarks slows them unevenly (docs/RESULTS.md#cost-model-data),
+    which corrupts exactly the orderings the cost model learns, so such timings are
     retried and, failing that, left for a later run. None where /proc/stat cannot be read."""
 
     TICK = os.sysconf("SC_CLK_TCK") if hasattr(os, "sysconf") else 100

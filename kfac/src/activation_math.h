@@ -52,8 +52,8 @@ inline void add_bias_times_derivative_row(Matrix &d, const Matrix *bias, const M
 // temporaries: as separate Eigen expressions (derivative matrix, product, bias add) the tangent
 // and input-gradient epilogues cost three passes and an allocation. Rows are independent, so
 // ranges of them run on the kernels' thread pool when d is large (a convolution's tangent has a
-// row per output location; serial, this pass took 4% of the profile samples of a K-FAC run of
-// the Fashion-MNIST CNN, apps/classifier).
+// row per output location; serial, this pass showed in the CNN's profile: see
+// docs/RESULTS.md#cnn-classifier).
 inline void add_bias_times_derivative(Matrix &d, const Matrix *bias, const Matrix &y,
                                       kernels::Activation act) {
   for_row_ranges(d.rows(), d.cols(), [&](Eigen::Index first, Eigen::Index end) {

@@ -38,7 +38,8 @@ constexpr uint32_t kVersionWithoutMetadata = 2;
 constexpr uint32_t kVersionWithoutChecksum = 1;
 constexpr uint32_t kMaxString = 1u << 20; // the generators' text form is ~7 KB
 
-// Byte-serial, ~0.1 s for the autoencoder's 75 MB; any single changed byte changes it.
+// Byte-serial, a small part of a checkpoint's write (see docs/RESULTS.md#k-fac-checkpoints); any
+// single changed byte changes it.
 uint64_t fnv1a(const uint8_t *p, size_t n) {
   uint64_t h = 14695981039346656037ull;
   for (size_t i = 0; i < n; ++i) {

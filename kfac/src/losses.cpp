@@ -219,8 +219,8 @@ void MultiBernoulliNegativeLogProbLoss::check_target_values(const Matrix &target
                                                             const char *what) const {
   // Outside [0, 1] the cross-entropy is unbounded below in the logits. The range first, in two
   // vectorised reductions (NaN, which the loop allows, may or may not take part; an infinity,
-  // allowed too, goes on to the exact loop), as this runs on every batch: the loop alone was 0.3%
-  // of a Fashion-MNIST K-FAC run's profile.
+  // allowed too, goes on to the exact loop), as this runs on every batch (see
+  // docs/RESULTS.md#step-overheads).
   if (targets.size() == 0 || (targets.minCoeff() >= 0.0f && targets.maxCoeff() <= 1.0f))
     return;
   for (Eigen::Index r = 0; r < targets.rows(); ++r) {

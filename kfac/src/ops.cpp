@@ -162,7 +162,7 @@ void covariance_update_upper(Matrix &C, const Matrix &X, float a, float b, bool 
 // Row block K of a lower-triangular X is zero right of column (K+1)·b, so XᵀX is the sum over
 // row blocks of each block's Gram matrix in the top-left (K+1)·b square: in all about a third
 // of the covariance kernel's work over the whole of X. Blocks of 128 rows were the fastest of
-// 64, 128 and 256 from d = 251 to 1001 (at d = 1001 on AVX2, 5.5 ms against 9.3 for one call).
+// those timed (see docs/RESULTS.md#factor-inverses).
 // The calls take views, not copies; 128 rows keep each view's start 64-byte aligned. The kernel
 // accumulates in place, so the largest square goes first and sets all of C.
 void lower_triangular_gram(Matrix &C, const Matrix &X) {

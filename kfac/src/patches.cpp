@@ -53,8 +53,7 @@ Matrix im2col(const Matrix &images, const kernels::PatchGeometry &g) {
   const Eigen::Index T = g.locations();
   Matrix p(images.rows() * T, g.patch_size());
   // Examples are independent, so ranges of them run on the kernels' pool: serial, these copies
-  // ran on one core while the GEMMs around them used both (im2col alone took 7.7% of the profile
-  // samples of a K-FAC run of the Fashion-MNIST CNN, apps/classifier).
+  // ran on one core while the GEMMs around them used both (see docs/RESULTS.md#cnn-classifier).
   detail::for_row_ranges(
       images.rows(), T * g.patch_size(), [&](Eigen::Index first, Eigen::Index end) {
         p.middleRows(first * T, (end - first) * T).setZero(); // the padding stays zero

@@ -12,9 +12,9 @@ namespace {
 
 // m = L Lᵀ in place (L in the lower triangle; the upper keeps m's values), right-looking by blocks
 // of 64 columns: each block's diagonal part on Eigen's LLT, the panel below it by a triangular
-// solve, the trailing matrix by a symmetric rank-64 update. 1.15-1.5x faster than Eigen's own
-// blocked LLT at d = 501 to 1001 on AVX2 (two runs; blocks of 32 to 256 within the runs' noise
-// of each other), and it needs no copy of m. False when m is not positive definite.
+// solve, the trailing matrix by a symmetric rank-64 update. Faster than Eigen's own blocked LLT
+// (see docs/RESULTS.md#factor-inverses), and it needs no copy of m. False when m is not positive
+// definite.
 bool cholesky_in_place(Eigen::MatrixXd &m) {
   const Eigen::Index n = m.rows();
   constexpr Eigen::Index kBlock = 64;
@@ -36,8 +36,8 @@ bool cholesky_in_place(Eigen::MatrixXd &m) {
 // L⁻¹ for lower-triangular L, one block of columns at a time. Column block j of L⁻¹ is zero
 // above its diagonal block, so it is a solve with the trailing part of L only: a third of the
 // work of solving against the whole identity (Eigen's solve does not know its right-hand side
-// is triangular), 2.6x faster at d = 1001. Blocks of 64 columns were the fastest of 64, 128 and
-// 256 from d = 251 to 1001.
+// is triangular). Blocks of 64 columns were the fastest of those timed (see
+// docs/RESULTS.md#factor-inverses).
 Matrix lower_triangular_inverse(const Eigen::MatrixXf &L) {
   const Eigen::Index m = L.rows();
   constexpr Eigen::Index kBlockCols = 64;
@@ -62,7 +62,7 @@ bool spd_inverse(Matrix &inv, Eigen::MatrixXd m) {
   // The result goes to a fresh allocation made after the temporaries, not into inv's storage.
   // Reusing inv left the freed temporaries on top of the inverting thread's heap, where glibc
   // hands them back to the system; the kernels of the following steps then faulted their buffers
-  // in again (2.9-3.4x the page faults of a kfac_bench run, its precondition phase 10% slower).
+  // in again (see docs/RESULTS.md#factor-inverses).
   Matrix product;
   ops::lower_triangular_gram(product, lower_triangular_inverse(L));
   inv = std::move(product);

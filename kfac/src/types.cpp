@@ -36,8 +36,8 @@ namespace {
 
 // Sums term(i) for i < n in double with kLanes independent accumulators. Each lane is its own
 // sequential sum, so the compiler may keep the lanes in vector registers without reassociating
-// anything. Eigen's cast<double>() reductions ran scalar: 5-9x slower on 2.8M parameters side
-// by side, and with allFinite 11% of a K-FAC step's profile samples, on one core.
+// anything. Eigen's cast<double>() reductions ran scalar, several times slower (see
+// docs/RESULTS.md#step-overheads).
 constexpr int kLanes = 16;
 
 template <class Term>
@@ -94,8 +94,8 @@ namespace {
 // Adds every pairwise product of K lists over n elements into out[pair], pairs (i, j), i <= j,
 // in row order. Widening to double is what these sums spend their time on, so each element is
 // widened once, into a block buffer in L1, for all its pairs: with lane_sum on the floats
-// directly (widening each element K times) the three-list Gram took 5.3 ms on 2.8M parameters,
-// as long as six separate dots.
+// directly (widening each element K times) the three-list Gram took as long as six separate
+// dots (see docs/RESULTS.md#step-overheads).
 template <int K>
 void pair_sums(const float *const *x, Eigen::Index n, double *out) {
   constexpr Eigen::Index kBlock = 512; // K blocks of 4 KB
@@ -183,7 +183,7 @@ void reshape_like(const Params &x, Params &out) {
 
 // delta = alpha x + beta y, next = base + delta over n elements. A function of its own so the
 // compiler sees values and unaliased pointers (inside the chunk lambda it reloaded the captured
-// factors and did not vectorise the loop: form_step took 7 ms on 2.8M parameters).
+// factors and did not vectorise the loop; see docs/RESULTS.md#step-overheads).
 void step_elements(float alpha, const float *__restrict x, float beta, const float *__restrict y,
                    const float *__restrict base, float *__restrict delta, float *__restrict next,
                    Eigen::Index n) {
@@ -199,9 +199,8 @@ void step_elements(float alpha, const float *__restrict x, float beta, const flo
 Params combine(float alpha, const Params &x, float beta, const Params &y) {
   check_same_shapes(x, y, "kfac::combine");
   // A plain loop, not the worker pool: the output is fresh memory, and the page faults of its
-  // first touch, not the arithmetic, set the time (2.8M parameters: 1.3 ms on one thread before
-  // the pool had run, 3.5-5.6 ms after it, serial or on the pool alike). The optimizer uses
-  // form_step, which writes into kept lists.
+  // first touch, not the arithmetic, sets the time, serial or on the pool alike (see
+  // docs/RESULTS.md#step-overheads). The optimizer uses form_step, which writes into kept lists.
   Params out = uninitialized_like(x);
   for (size_t t = 0; t < x.size(); ++t) {
     const float *a = x[t].data(), *b = y[t].data();

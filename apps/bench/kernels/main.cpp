@@ -42,7 +42,7 @@ int main(int argc, char **argv) {
   // As the apps do: the kernels' temporaries (the covariance update's packed X̄, 4 MB at d = 1001,
   // n = 1000) would otherwise be mapped afresh and faulted in by the first call after another
   // contender's allocations trimmed the heap. That cost landed on whichever contender followed
-  // Eigen: up to 25% at n = 1000, and which one it was depended on the contenders' order.
+  // Eigen, so the ratios depended on the contenders' order (see docs/RESULTS.md#kernels).
   hkfac::retain_freed_memory();
   hkfac::bench::Options opt;
   try {

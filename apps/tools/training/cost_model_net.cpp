@@ -149,7 +149,7 @@ void CostModelNet::run_ones_pass() {
   // head1's per-example gradients: Σ_s pf(:, s) ⊗ ∂p_n/∂algo(:, s), times the sigmoid's slope.
   // The kernel's (8, batch, stages) output is, as it lies in memory, the T x 8B matrix
   // [∂p_1/∂algo ... ∂p_B/∂algo], so every example's product comes out of one pfᵀ G product
-  // (280 x 8B); one small product per example took 4% of a K-FAC training run.
+  // (280 x 8B); one small product per example cost more (docs/RESULTS.md#cost-model-training).
   const Buffer<float> &dalgo = out_.head1_out_grad;
   if (dalgo.dim(0).stride() != 1 || dalgo.dim(1).stride() != kHead1Channels ||
       dalgo.dim(2).stride() != kHead1Channels * B_)

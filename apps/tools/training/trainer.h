@@ -52,9 +52,8 @@ struct TrainOptions {
   std::optional<double> kfac_norm_constraint = 3e-4;
   // OptimizerOptions::serial_kernels: the network's kernels take microseconds with the
   // optimizer's work between them, and the pool's workers, asleep by the next call, cost more to
-  // wake than the second core saves (40 epochs on 1,928 schedules: a median 1.84 s serial against
-  // 2.01 pooled, 8 alternated pairs). Adam's steps are its kernel call nearly alone, back to back,
-  // and gained nothing from it (13 pairs: 1.03 s serial, 0.99 pooled).
+  // wake than the second core saves; Adam's back-to-back kernel calls gain nothing from it (see
+  // docs/RESULTS.md#cost-model-kernel-threads).
   bool kfac_serial_kernels = true;
   Device device = default_device();
 };

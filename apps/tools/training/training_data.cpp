@@ -142,7 +142,8 @@ Buffer<float> pack_schedule_features(const PipelineData &p, const std::vector<in
   const int S = p.schedule_features.front().dim(0).extent(), T = p.num_stages;
   // out(n, k, s) is at n + B·(k + S·s): the schedules' dense (S, T) buffers become the columns of
   // an (S·T) x B matrix. Blocks of 16 schedules keep the writes contiguous and the reads in 16
-  // streams (element by element through Buffer's operator() this took 8% of a K-FAC step).
+  // streams (element by element through Buffer's operator() this showed in a K-FAC step's
+  // profile: see docs/RESULTS.md#cost-model-training).
   std::vector<const float *> src(B);
   for (int n = 0; n < B; ++n) {
     const Buffer<float> &f = p.schedule_features.at(schedules[n]);

@@ -5,7 +5,7 @@
 // mean of the middle two in log space for an even count, so that two members score their
 // geometric mean. Files trained alike can disagree by orders of magnitude on a schedule kind none
 // of their samples held; with three or more members, one member's extrapolation is outvoted
-// instead of averaged in (docs/RESULTS.md, ensembles of files).
+// instead of averaged in (see docs/RESULTS.md#median-ensembles-of-bagged-files).
 #pragma once
 
 #include <cstddef>

@@ -109,10 +109,9 @@ struct OptimizerOptions {
   // Run every kernel of the optimizer's calls (step, gradient, evaluate: the model's passes and
   // the curvature's work alike) on the calling thread (hkfac::SerialKernels), and the factor
   // inverses too. For small models: their kernels take microseconds with other work in between,
-  // and waking Halide's worker pool for each costs more than the second core gives back (the
-  // cost model's 4k parameters, 40 epochs on 2 cores: a median 1.84 s serial against 2.01 s
-  // pooled over 8 alternated pairs). Other threads' kernels are unaffected; the results are the
-  // same bits.
+  // and waking Halide's worker pool for each costs more than the second core gives back (see
+  // docs/RESULTS.md#cost-model-kernel-threads). Other threads' kernels are unaffected; the
+  // results are the same bits.
   bool serial_kernels = false;
 
   // kfac-jax additions.
