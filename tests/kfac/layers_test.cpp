@@ -230,10 +230,13 @@ public:
     return x.array().rowwise() * params[0].row(0).array();
   }
   Matrix backward(const Matrix *params, const Matrix &dy, Matrix *grads, TagRecord *) override {
+    ++backward_calls;
     grads[0] += x_.cwiseProduct(dy).colwise().sum();
     return dy.array().rowwise() * params[0].row(0).array();
   }
   Matrix jvp(const Matrix *, const Matrix *, const Matrix &dx) override { return dx; }
+
+  int backward_calls = 0; // so a test can see that a pass ran it
 
 private:
   int dim_;
@@ -304,15 +307,21 @@ TEST(kfacLayers, FirstLayerPassesWithoutInputGradMatchTheFullOnes) {
     EXPECT_LT(rel_err(records_only.output_grads.cast<double>(), full.output_grads.cast<double>()),
               1e-6)
         << what;
-    // Without a record (an untagged use), nothing is written and nothing fails.
-    layer.backward_records_without_input_grad(params.data(), dy, nullptr);
+    // Without a record (an untagged use) the pass fails nowhere and leaves the layer's forward
+    // state alone: a recorded pass after it still gives the full backward's records.
+    EXPECT_NO_THROW(layer.backward_records_without_input_grad(params.data(), dy, nullptr)) << what;
+    TagRecord after_untagged;
+    layer.backward_records_without_input_grad(params.data(), dy, &after_untagged);
+    EXPECT_LT(rel_err(after_untagged.output_grads.cast<double>(), full.output_grads.cast<double>()),
+              1e-6)
+        << what;
   }
 }
 
 // A user's layer first in the model: the default first-layer passes run its backward.
 TEST(kfacLayers, AUserLayerFirstStillGetsItsGradient) {
   Sequential model(3);
-  model.add<UserScale>(3);
+  const UserScale &scale = model.add<UserScale>(3);
   model.add<Dense>(3, 2, Activation::tanh);
   std::mt19937 rng(61);
   const Params params = model.init_params(rng);
@@ -326,7 +335,12 @@ TEST(kfacLayers, AUserLayerFirstStillGetsItsGradient) {
   const Matrix dz = cot.array() * (1.0f - y.array().square());
   const Matrix want = batch.inputs.cwiseProduct(dz * params[1].transpose()).colwise().sum();
   EXPECT_LT(rel_err(grads[0].cast<double>(), want.cast<double>()), 1e-5);
-  model.backward_records(cot); // runs the user layer's backward into scratch; must not throw
+  // The records pass runs the user layer's backward too (into scratch), without throwing, and
+  // leaves the dense tag's per-example output gradients dz.
+  const int calls = scale.backward_calls;
+  EXPECT_NO_THROW(model.backward_records(cot));
+  EXPECT_EQ(scale.backward_calls, calls + 1);
+  EXPECT_LT(rel_err(model.record(0).output_grads.cast<double>(), dz.cast<double>()), 1e-5);
 }
 
 TEST(kfacLayers, Col2imIsTheAdjointOfIm2col) {

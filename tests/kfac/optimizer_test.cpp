@@ -107,6 +107,70 @@ MatrixXd input_factor(const Batch &b) {
   return x.transpose() * x / static_cast<double>(b.inputs.rows());
 }
 
+// A dense block's factors A and G, in double, and the indices of the W and b it covers (b = -1
+// without a bias).
+struct DenseFactors {
+  MatrixXd A, G;
+  int w = 0, b = -1;
+};
+
+// Every block's current factors (the models here have dense layers only).
+std::vector<DenseFactors> dense_factors(const Optimizer &opt) {
+  std::vector<DenseFactors> out;
+  for (const auto &block : opt.estimator().blocks()) {
+    const auto &dense = dynamic_cast<const DenseTwoKroneckerFactored &>(*block);
+    const LayerTag &tag = block->tag();
+    out.push_back({dense.factor_a().cast<double>(), dense.factor_g().cast<double>(), tag.params[0],
+                   tag.has_bias ? tag.params[1] : -1});
+  }
+  return out;
+}
+
+bool same_factors(const std::vector<DenseFactors> &a, const std::vector<DenseFactors> &b) {
+  if (a.size() != b.size())
+    return false;
+  for (size_t i = 0; i < a.size(); ++i) {
+    if (a[i].A != b[i].A || a[i].G != b[i].G)
+      return false;
+  }
+  return true;
+}
+
+// The update a step must apply at θ, in double, from the gradient g at θ, the previous update v
+// and the factors the step's inverses were computed from: Δ = -lr·u + μ·v with
+// u = A_d⁻¹ [∇W; ∇b] G_d⁻¹ per dense block, A_d = A + π√γ I, G_d = G + (√γ/π) I,
+// π² = (tr A / dim A) / (tr G / dim G) (pi-adjusted damping), γ = l2_reg + damping.
+std::vector<MatrixXd> expected_update(const std::vector<DenseFactors> &factors, const Params &g,
+                                      const Params &v, double lr, double momentum, double gamma) {
+  std::vector<MatrixXd> delta(g.size());
+  for (const DenseFactors &f : factors) {
+    const Eigen::Index din = g[f.w].rows(), n = f.A.rows(), m = f.G.rows();
+    MatrixXd stacked(n, m);
+    stacked.topRows(din) = g[f.w].cast<double>();
+    if (f.b >= 0)
+      stacked.bottomRows(1) = g[f.b].cast<double>();
+    const double pi = std::sqrt((f.A.trace() / n) / (f.G.trace() / m));
+    const MatrixXd a_d = f.A + pi * std::sqrt(gamma) * MatrixXd::Identity(n, n);
+    const MatrixXd g_d = f.G + std::sqrt(gamma) / pi * MatrixXd::Identity(m, m);
+    const MatrixXd u = a_d.inverse() * stacked * g_d.inverse();
+    delta[f.w] = -lr * u.topRows(din) + momentum * v[f.w].cast<double>();
+    if (f.b >= 0)
+      delta[f.b] = -lr * u.bottomRows(1) + momentum * v[f.b].cast<double>();
+  }
+  return delta;
+}
+
+// max |(after - before) - Δ| / max |Δ| over every parameter tensor.
+double update_error(const Params &before, const Params &after, const std::vector<MatrixXd> &delta) {
+  double err = 0.0, size = 0.0;
+  for (size_t i = 0; i < delta.size(); ++i) {
+    const MatrixXd moved = after[i].cast<double>() - before[i].cast<double>();
+    err = std::max(err, (moved - delta[i]).cwiseAbs().maxCoeff());
+    size = std::max(size, delta[i].cwiseAbs().maxCoeff());
+  }
+  return err / std::max(size, 1e-30);
+}
+
 TEST(kfacOptimizer, BurnInAveragesItsBatchesThenStepsUseTheEma) {
   Regression r(0, 16);
   OptimizerOptions o = basic_options();
@@ -130,18 +194,40 @@ TEST(kfacOptimizer, BurnInAveragesItsBatchesThenStepsUseTheEma) {
   EXPECT_LT(rel_err(block.factor_a().cast<double>(), expected), 1e-5);
 }
 
+// The estimate moves on curvature steps (0, 2, 4, 6) only, and each step's update is
+// preconditioned with the inverses of the last inverse step (0, 3, 6): the parameters move by the
+// update the factors recorded at that step give, stale ones included.
 TEST(kfacOptimizer, InversesAndCurvatureFollowTheirPeriods) {
   Regression r;
   OptimizerOptions o = basic_options();
   o.inverse_update_period = 3;
   o.curvature_update_period = 2;
   Optimizer opt(r.model, Regression::value, o);
-  for (int s = 0; s < 7; ++s)
-    opt.step(r.params, r.source(), values(0.05, 0.5, 1e-2));
+  const double lr = 0.05, momentum = 0.5, damping = 1e-2;
+  std::vector<DenseFactors> previous, inverted;
+  Params moved = zeros_like(r.params); // the last step's update: the velocity
+  for (int s = 0; s < 7; ++s) {
+    const Params before = r.params;
+    std::vector<Batch> seen;
+    ASSERT_FALSE(opt.step(r.params, r.recording(seen), values(lr, momentum, damping)).rejected);
+    const std::vector<DenseFactors> now = dense_factors(opt);
+    if (s > 0)
+      EXPECT_EQ(same_factors(now, previous), s % 2 == 1) << "step " << s;
+    if (s % 3 == 0)
+      inverted = now;
+    const std::vector<MatrixXd> want =
+        expected_update(inverted, opt.gradient(before, seen.back()), moved, lr,
+                        s == 0 ? 0.0 : momentum, o.l2_reg + damping);
+    EXPECT_LT(update_error(before, r.params, want), 1e-3) << "step " << s;
+    previous = now;
+    moved = combine(1.0f, r.params, -1.0f, before);
+  }
   EXPECT_EQ(opt.inverse_updates(), 3);                        // steps 0, 3, 6
   EXPECT_EQ(opt.curvature_updates(), o.num_burnin_steps + 4); // steps 0, 2, 4, 6
 }
 
+// The first step has no velocity to carry: it reports momentum 0 and moves by -lr·u alone; the
+// second moves by -lr·u plus the schedule's 0.9 times the first step's update.
 TEST(kfacOptimizer, MomentumIsZeroOnTheFirstStep) {
   Regression r;
   OptimizerOptions o = basic_options();
@@ -150,8 +236,19 @@ TEST(kfacOptimizer, MomentumIsZeroOnTheFirstStep) {
   StepValues v;
   v.learning_rate = 0.1;
   v.damping = 1e-2;
-  EXPECT_EQ(opt.step(r.params, r.source(), v).momentum, 0.0);
-  EXPECT_EQ(opt.step(r.params, r.source(), v).momentum, 0.9);
+  Params moved = zeros_like(r.params);
+  for (const double momentum : {0.0, 0.9}) {
+    const Params before = r.params;
+    std::vector<Batch> seen;
+    const StepStats st = opt.step(r.params, r.recording(seen), v);
+    EXPECT_EQ(st.momentum, momentum);
+    // inverse_update_period = 1: the factors now are those the step's inverses came from.
+    const std::vector<MatrixXd> want =
+        expected_update(dense_factors(opt), opt.gradient(before, seen.back()), moved,
+                        *v.learning_rate, momentum, o.l2_reg + *v.damping);
+    EXPECT_LT(update_error(before, r.params, want), 1e-3) << "momentum " << momentum;
+    moved = combine(1.0f, r.params, -1.0f, before);
+  }
 }
 
 TEST(kfacOptimizer, ScheduleAndExplicitValueForTheSameQuantityIsAnError) {
@@ -595,12 +692,24 @@ TEST(kfacOptimizer, SchedulesAreEvaluatedAtTheStepNumber) {
   o.momentum_schedule = [](int t) { return 0.1 + 0.05 * t; };
   o.damping_schedule = [](int t) { return 1e-3 * (t + 1); };
   Optimizer opt(r.model, Regression::value, o);
+  Params moved = zeros_like(r.params); // the last step's update: the velocity
   for (int t = 0; t < 5; ++t) {
-    const StepStats st = opt.step(r.params, r.source());
+    const Params before = r.params;
+    std::vector<Batch> seen;
+    const StepStats st = opt.step(r.params, r.recording(seen));
     ASSERT_EQ(st.step, t);
-    EXPECT_DOUBLE_EQ(st.learning_rate, 0.01 * (t + 1)) << t;
-    EXPECT_DOUBLE_EQ(st.momentum, t == 0 ? 0.0 : 0.1 + 0.05 * t) << t;
-    EXPECT_DOUBLE_EQ(st.damping, 1e-3 * (t + 1)) << t;
+    const double lr = 0.01 * (t + 1), momentum = t == 0 ? 0.0 : 0.1 + 0.05 * t;
+    const double damping = 1e-3 * (t + 1);
+    EXPECT_DOUBLE_EQ(st.learning_rate, lr) << t;
+    EXPECT_DOUBLE_EQ(st.momentum, momentum) << t;
+    EXPECT_DOUBLE_EQ(st.damping, damping) << t;
+    // Reported values aside, the parameters move by the update these give (inverse_update_period
+    // = 1: the factors now are those the step's inverses came from, at this step's damping).
+    const std::vector<MatrixXd> want =
+        expected_update(dense_factors(opt), opt.gradient(before, seen.back()), moved, lr, momentum,
+                        o.l2_reg + damping);
+    EXPECT_LT(update_error(before, r.params, want), 1e-3) << t;
+    moved = combine(1.0f, r.params, -1.0f, before);
   }
   EXPECT_EQ(opt.step_count(), 5);
 }

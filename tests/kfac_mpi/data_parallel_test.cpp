@@ -154,19 +154,40 @@ double max_abs_diff(const Params &a, const Params &b, double *scale) {
   return diff;
 }
 
+// Within `rel` of the larger magnitude (at least 1). False where either is not finite: NaN
+// against NaN is no agreement.
 bool close(double a, double b, double rel) {
-  if (std::isnan(a) && std::isnan(b)) // a rejected batch's loss, alone and on shards
-    return true;
+  if (!std::isfinite(a) || !std::isfinite(b))
+    return false;
   return std::abs(a - b) <= rel * std::max(1.0, std::max(std::abs(a), std::abs(b)));
+}
+
+// Steps that changed the parameters. Two runs that rejected every step would agree trivially.
+int accepted_steps(const Trace &t) {
+  int n = 0;
+  for (const StepStats &s : t.stats) {
+    if (!s.rejected && s.update_norm > 0.0)
+      ++n;
+  }
+  return n;
 }
 
 void expect_same_training(const Trace &alone, const Trace &together, const std::string &what) {
   ASSERT_EQ(alone.stats.size(), together.stats.size());
+  // The problems here have at most one bad batch; every other step must train.
+  const int steps = static_cast<int>(alone.stats.size());
+  EXPECT_GE(accepted_steps(alone), steps - 1) << what << ": steps accepted alone";
+  EXPECT_EQ(accepted_steps(together), accepted_steps(alone)) << what << ": steps accepted";
   for (size_t i = 0; i < alone.stats.size(); ++i) {
     const StepStats &a = alone.stats[i], &b = together.stats[i];
     EXPECT_EQ(a.rejected, b.rejected) << what << " step " << i;
-    EXPECT_TRUE(close(a.loss, b.loss, 1e-5))
-        << what << " step " << i << ": loss " << a.loss << " alone, " << b.loss << " on shards";
+    // A bad batch's loss is not finite, alone and on shards; such a step must be rejected on both.
+    if (a.rejected && b.rejected && !std::isfinite(a.loss)) {
+      EXPECT_FALSE(std::isfinite(b.loss)) << what << " step " << i << ": loss " << b.loss;
+    } else {
+      EXPECT_TRUE(close(a.loss, b.loss, 1e-5))
+          << what << " step " << i << ": loss " << a.loss << " alone, " << b.loss << " on shards";
+    }
     EXPECT_TRUE(close(a.damping, b.damping, 1e-6))
         << what << " step " << i << ": damping " << a.damping << " vs " << b.damping;
     EXPECT_TRUE(close(a.learning_rate, b.learning_rate, 1e-3))
@@ -341,6 +362,7 @@ TEST_F(DataParallel, AResumedRunContinuesIdentically) {
   if (world()->rank() == 0)
     std::remove(path.c_str());
   ASSERT_EQ(tail.stats.size(), again.stats.size());
+  EXPECT_EQ(accepted_steps(again), 10) << "a resumed run that rejects its steps continues nothing";
   for (size_t i = 0; i < tail.stats.size(); ++i) {
     EXPECT_EQ(tail.stats[i].loss, again.stats[i].loss) << "step " << 10 + i;
     EXPECT_EQ(tail.stats[i].damping, again.stats[i].damping) << "step " << 10 + i;
@@ -353,6 +375,7 @@ TEST_F(DataParallel, AResumedRunContinuesIdentically) {
 TEST_F(DataParallel, RanksHoldIdenticalParameters) {
   Problem p;
   const Trace t = train(p, adaptive_steps(EstimationMode::fisher_gradients), true);
+  EXPECT_EQ(accepted_steps(t), kSteps) << "ranks that never move agree trivially";
   for (const Matrix &m : t.params) {
     Matrix mine = m, rank0 = m;
     world()->broadcast(rank0.data(), rank0.size(), 0, "test");

@@ -240,6 +240,9 @@ def build_variant(cfg, v, args, target, work):
         env["HL_BEAM_SIZE"] = str(args.hkfac_beam)
     env.update(v.env)
     rc, secs, out = run(generator_command(cfg, v, args, target, out_dir), args.timeout, env=env)
+    # What the scheduler said (Hkfac's measured candidates, its notes), kept beside the build.
+    with open(os.path.join(out_dir, "generator.log"), "w") as f:
+        f.write(out)
     if rc != 0:
         stage = "compile" if "HKFAC_AUTOSCHEDULE_SECONDS" in out or v.plugin is None \
             else "autoschedule"

@@ -220,13 +220,16 @@ void autoschedule(const Pipeline &pipeline, const Target &target, const MachineP
         return;
     }
     CostModel model(dag, params);
+    bool refitted = false;
     if (cache && host.runs && !params.randomize_weights && model.weights().size() == 1) {
       // This machine's own timings, where they order its schedules better than the file.
       std::string note;
       try {
-        if (auto refit = machine_refit(*cache, model.weights()[0], params, note))
+        if (auto refit = machine_refit(*cache, model.weights()[0], params, note)) {
           model.replace_weights({refit->weights}, model.weights_source() +
                                                       ", refitted on this machine (" + note + ")");
+          refitted = true;
+        }
       } catch (const std::exception &e) {
         note = std::string("the refit on this machine's timings failed: ") + e.what();
       }
@@ -243,8 +246,17 @@ void autoschedule(const Pipeline &pipeline, const Target &target, const MachineP
     const SearchResult r = beam_search(dag, model, search_params);
     StatePtr chosen = r.best.front();
     if (budget > 0) {
+      // A refit adopted on a few pipelines' held-out ordering can still steer one pipeline
+      // wrong: the file's own pick is timed beside the refit's, so measurement decides.
+      std::vector<Candidate> second;
+      if (refitted) {
+        CostModel file_model(dag, params);
+        const SearchResult f = beam_search(dag, file_model, params);
+        if (!f.best.empty())
+          second.push_back({f.best.front(), "weights file's"});
+      }
       const MeasuredSelection sel =
-          select_by_measurement(dag, outputs, model, params, r.best, host, budget);
+          select_by_measurement(dag, outputs, model, params, r.best, host, budget, second);
       chosen = sel.candidates[sel.chosen].state;
       std::cerr << "Hkfac: " << sel.summary << "\n";
       for (size_t i = 0; i < sel.candidates.size(); ++i) {

@@ -82,7 +82,8 @@ std::vector<int> costliest_funcs(const PipelineAnalysis &dag, int k) {
 
 std::vector<Candidate> diverse_candidates(const PipelineAnalysis &dag, CostModel &model,
                                           const Parameters &params,
-                                          const std::vector<StatePtr> &search_pool, int count) {
+                                          const std::vector<StatePtr> &search_pool, int count,
+                                          const std::vector<Candidate> &second_opinions) {
   std::vector<Candidate> pool;
   for (const StatePtr &s : search_pool)
     pool.push_back({s, "beam"});
@@ -114,6 +115,13 @@ std::vector<Candidate> diverse_candidates(const PipelineAnalysis &dag, CostModel
   };
   auto full_shape = [](const State &s) { return s.structure_hash(); };
   take(0);
+  for (const Candidate &c : second_opinions) {
+    bool seen = false;
+    for (const Candidate &o : out)
+      seen = seen || full_shape(*o.state) == full_shape(*c.state);
+    if (!seen && static_cast<int>(out.size()) < count)
+      out.push_back(c);
+  }
   for (size_t i = 0; i < pool.size() && static_cast<int>(out.size()) < count; ++i)
     if (!taken[i] && pool[i].origin == std::string("root and inline") &&
         full_shape(*pool[i].state) != full_shape(*out[0].state)) {

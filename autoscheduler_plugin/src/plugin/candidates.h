@@ -25,9 +25,12 @@ struct Candidate {
 // fewer kinds of placement — every Func inlined or at root (the plain, robust schedule that
 // Halide users write first), then compute_at per tile or per parallel task alone — which the
 // model ranks below its favourite but which bound how wrong that favourite can be.
+// `second_opinions` (another model's picks: the weights file's own where a refit on this
+// machine's timings steers the search) follow the pick, where they differ from it.
 std::vector<Candidate> diverse_candidates(const PipelineAnalysis &dag, CostModel &model,
                                           const Parameters &params,
-                                          const std::vector<StatePtr> &search_pool, int count);
+                                          const std::vector<StatePtr> &search_pool, int count,
+                                          const std::vector<Candidate> &second_opinions = {});
 
 // The Funcs whose placement defines a candidate's shape: the `k` with the most points times
 // operations at root (ties to the later Func), excluding outputs, whose placement is fixed.

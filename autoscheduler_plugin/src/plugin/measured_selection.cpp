@@ -66,10 +66,11 @@ MeasuredSelection select_by_measurement(const PipelineAnalysis &dag,
                                         const std::vector<Halide::Internal::Function> &outputs,
                                         CostModel &model, const Parameters &params,
                                         const std::vector<StatePtr> &pool, const HostRun &host,
-                                        double budget_s) {
+                                        double budget_s,
+                                        const std::vector<Candidate> &second_opinions) {
   const auto t0 = std::chrono::steady_clock::now();
   std::vector<Candidate> candidates =
-      diverse_candidates(dag, model, params, pool, params.tune_candidates);
+      diverse_candidates(dag, model, params, pool, params.tune_candidates, second_opinions);
   const double chosen_s =
       std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   MeasureSettings m;

@@ -43,6 +43,7 @@ MeasuredSelection select_by_measurement(const PipelineAnalysis &dag,
                                         const std::vector<Halide::Internal::Function> &outputs,
                                         CostModel &model, const Parameters &params,
                                         const std::vector<StatePtr> &pool, const HostRun &host,
-                                        double budget_s);
+                                        double budget_s,
+                                        const std::vector<Candidate> &second_opinions = {});
 
 } // namespace hkfac::sched

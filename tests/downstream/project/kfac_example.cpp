@@ -48,10 +48,16 @@ int main() {
   Optimizer resumed(model, loss, options);
   resumed.load_checkpoint("kfac_example.ckpt", resumed_params);
   std::remove("kfac_example.ckpt");
-  if (!(last < 0.5 * first) || resumed.step_count() != kfac.step_count() ||
-      resumed_params[0] != params[0]) {
-    std::printf("kfac example failed: loss %g -> %g, resumed at step %d of %d\n", first, last,
-                resumed.step_count(), kfac.step_count());
+  // The checkpoint restores every tensor, every element, bit for bit.
+  bool same_params = resumed_params.size() == params.size();
+  for (size_t i = 0; same_params && i < params.size(); ++i) {
+    same_params = resumed_params[i].rows() == params[i].rows() &&
+                  resumed_params[i].cols() == params[i].cols() && resumed_params[i] == params[i];
+  }
+  if (!(last < 0.5 * first) || resumed.step_count() != kfac.step_count() || !same_params) {
+    std::printf("kfac example failed: loss %g -> %g, resumed at step %d of %d, parameters %s\n",
+                first, last, resumed.step_count(), kfac.step_count(),
+                same_params ? "restored" : "differ");
     return 1;
   }
   std::printf("kfac example ok: loss %.4f -> %.4f in 30 steps\n", first, last);
