@@ -16,13 +16,20 @@ run() {
 fail() { echo "FAIL: $*"; exit 1; }
 
 "$tool" show | grep -q ": 0 pipelines, 0 samples" || fail "a new cache is not empty"
-first=$(run)
-echo "$first" | grep -q "candidates in" || fail "the first run measured nothing: $first"
-shown=$("$tool" show)
-echo "$shown"
-echo "$shown" | grep -q ": 1 pipelines," || fail "show does not list the pipeline"
-samples=$(echo "$shown" | sed -n 's/.*pipelines, \([0-9]*\) samples.*/\1/p')
-[[ $samples -ge 1 ]] || fail "no samples recorded"
+# Timings taken beside other work are not kept as samples: a busy moment costs another try.
+for attempt in 1 2 3; do
+  first=$(run)
+  echo "$first" | grep -q "candidates in" || fail "the first run measured nothing: $first"
+  shown=$("$tool" show)
+  echo "$shown"
+  echo "$shown" | grep -q ": 1 pipelines," || fail "show does not list the pipeline"
+  samples=$(echo "$shown" | sed -n 's/.*pipelines, \([0-9]*\) samples.*/\1/p')
+  [[ $samples -ge 1 ]] && break
+  echo "attempt $attempt: no quiet timing (the host was busy); clearing and measuring again"
+  "$tool" clear > /dev/null
+  sleep 5
+done
+[[ $samples -ge 1 ]] || fail "no samples recorded in three tries"
 
 "$tool" export "$work/samples" | grep -q "wrote $samples samples of 1 pipelines" ||
   fail "export did not write the $samples samples"

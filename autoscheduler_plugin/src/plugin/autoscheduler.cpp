@@ -2,6 +2,7 @@
 #include <chrono>
 #include <fstream>
 #include <iostream>
+#include <limits>
 #include <memory>
 #include <optional>
 #include <sstream>
@@ -246,8 +247,11 @@ void autoschedule(const Pipeline &pipeline, const Target &target, const MachineP
     const SearchResult r = beam_search(dag, model, search_params);
     StatePtr chosen = r.best.front();
     if (budget > 0) {
-      // A refit adopted on a few pipelines' held-out ordering can still steer one pipeline
-      // wrong: the file's own pick is timed beside the refit's, so measurement decides.
+      // Second opinions that measurement settles where the model cannot. A refit adopted on a
+      // few pipelines' held-out ordering can still steer one pipeline wrong: the file's own
+      // pick is timed beside it. The allocation bound keeps the model from per-task buffers
+      // that churn the heap, and from the few that pay (nl_means' 4-D dist): the unbounded
+      // search's pick is timed too.
       std::vector<Candidate> second;
       if (refitted) {
         CostModel file_model(dag, params);
@@ -255,6 +259,12 @@ void autoschedule(const Pipeline &pipeline, const Target &target, const MachineP
         if (!f.best.empty())
           second.push_back({f.best.front(), "weights file's"});
       }
+      Parameters unbounded = params;
+      unbounded.iteration_bytes = std::numeric_limits<double>::infinity();
+      unbounded.iteration_bytes_per_point = 0;
+      const SearchResult u = beam_search(dag, model, unbounded);
+      if (!u.best.empty())
+        second.push_back({u.best.front(), "unbounded"});
       const MeasuredSelection sel =
           select_by_measurement(dag, outputs, model, params, r.best, host, budget, second);
       chosen = sel.candidates[sel.chosen].state;
