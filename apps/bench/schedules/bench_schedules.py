@@ -44,9 +44,10 @@ def parse_args():
                    "(default: BUILD_DIR/apps/bench/schedules/bench_schedules.json)")
     p.add_argument("--build-dir", default="build", help="CMake build directory (default: build)")
     p.add_argument("--apps", help="comma-separated subset of the apps (default: all of --set)")
-    p.add_argument("--set", choices=["apps", "generalization", "all"], default="apps",
+    p.add_argument("--set", choices=["apps", "generalization", "retired", "all"], default="apps",
                    help="the pipelines run without --apps: the evaluation apps (default), the "
-                        "generalization set (apps/pipelines/generalization), or both")
+                        "generalization set (apps/pipelines/generalization), the pipelines "
+                        "retired from it, or apps and generalization set both")
     p.add_argument("--scheduler", action="append", default=[], metavar="NAME=PLUGIN.so",
                    help="an extra autoscheduler: its registered name and the plugin that "
                         "registers it (repeatable), e.g. Hkfac=build/libautoschedule_hkfac.so")
