@@ -14,6 +14,7 @@
 #include <cstdlib>
 #include <filesystem>
 #include <functional>
+#include <limits>
 #include <random>
 #include <sys/wait.h>
 #include <thread>
@@ -153,6 +154,28 @@ TEST(MeasuredSelection, PicksTheFasterOfTwoCandidatesTheModelOrdersWrong) {
   EXPECT_TRUE(level.is_inlined());
 }
 
+// Measured selection times the pick of a search without the allocation bound only where the bound
+// left a placement out: a bound of one byte leaves out every compute_at of this pipeline and says
+// so, and a bound nothing reaches reports nothing and takes the unbounded search's very path.
+TEST(MeasuredSelection, TheAllocationBoundCountsWhatItLeavesOut) {
+  Blur p;
+  const Target t = get_host_target();
+  PipelineAnalysis dag(p.outputs(), t);
+  Parameters tight = model_only_params(t);
+  tight.iteration_bytes = 1;
+  tight.iteration_bytes_per_point = 0;
+  CostModel model(dag, tight);
+  EXPECT_GT(beam_search(dag, model, tight).oversized_dropped, 0);
+  Parameters loose = tight, unbounded = tight;
+  loose.iteration_bytes = 1e15;
+  unbounded.iteration_bytes = std::numeric_limits<double>::infinity();
+  const SearchResult l = beam_search(dag, model, loose);
+  const SearchResult u = beam_search(dag, model, unbounded);
+  EXPECT_EQ(l.oversized_dropped, 0);
+  EXPECT_EQ(u.oversized_dropped, 0);
+  EXPECT_TRUE(l.best.front()->choices == u.best.front()->choices);
+}
+
 TEST(MeasuredSelection, ACrashingCandidateCostsOnlyItself) {
   Blur p;
   const Target t = get_host_target();
@@ -168,6 +191,9 @@ TEST(MeasuredSelection, ACrashingCandidateCostsOnlyItself) {
       << sel.timings[0].failure;
   ASSERT_TRUE(sel.timings[1].ok) << sel.timings[1].failure;
   EXPECT_EQ(sel.chosen, 1);
+  // The one line a user sees at the default log level says which candidate failed and why.
+  EXPECT_NE(sel.summary.find("1 failed (#0: " + sel.timings[0].failure + ")"), std::string::npos)
+      << sel.summary;
 }
 
 TEST(MeasuredSelection, AHangingCandidateIsStoppedWithinTheBudget) {

@@ -259,12 +259,15 @@ void autoschedule(const Pipeline &pipeline, const Target &target, const MachineP
         if (!f.best.empty())
           second.push_back({f.best.front(), "weights file's"});
       }
-      Parameters unbounded = params;
-      unbounded.iteration_bytes = std::numeric_limits<double>::infinity();
-      unbounded.iteration_bytes_per_point = 0;
-      const SearchResult u = beam_search(dag, model, unbounded);
-      if (!u.best.empty())
-        second.push_back({u.best.front(), "unbounded"});
+      // Where the bound left nothing out, the unbounded search would take the same path.
+      if (r.oversized_dropped > 0) {
+        Parameters unbounded = params;
+        unbounded.iteration_bytes = std::numeric_limits<double>::infinity();
+        unbounded.iteration_bytes_per_point = 0;
+        const SearchResult u = beam_search(dag, model, unbounded);
+        if (!u.best.empty())
+          second.push_back({u.best.front(), "unbounded"});
+      }
       const MeasuredSelection sel =
           select_by_measurement(dag, outputs, model, params, r.best, host, budget, second);
       chosen = sel.candidates[sel.chosen].state;

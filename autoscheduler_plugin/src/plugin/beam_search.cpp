@@ -96,10 +96,12 @@ std::vector<Candidate> Search::expand(const std::vector<StatePtr> &beam, int id,
   std::vector<Candidate> children;
   for (const StatePtr &s : beam) {
     LoopNestModel parent(dag_, *s);
-    std::vector<FuncChoice> options =
-        target_func_choices(dag_, *s, parent, id, space, pass.coarse, keys);
+    std::vector<FuncChoice> options = target_func_choices(dag_, *s, parent, id, space,
+                                                          pass.coarse, keys,
+                                                          &result_.oversized_dropped);
     if (options.empty() && !keys.empty())
-      options = target_func_choices(dag_, *s, parent, id, space, pass.coarse, kAnything);
+      options = target_func_choices(dag_, *s, parent, id, space, pass.coarse, kAnything,
+                                    &result_.oversized_dropped);
     // The incumbent's own decision, which a pass's tilings need not list (another pass's, or a
     // repair's): so the incumbent's path stays open and each pass refines it. The model rejects
     // it where this state's consumers make it illegal.

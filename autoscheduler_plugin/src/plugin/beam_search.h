@@ -14,6 +14,8 @@ struct SearchResult {
   std::vector<StatePtr> best; // complete schedules, cheapest first (up to max(1, top_k))
   long long states_evaluated = 0;
   long long duplicates_skipped = 0; // children that were a beam state's schedule again
+  // Placements the allocation bound left out (0: the search without it takes the same path).
+  long long oversized_dropped = 0;
   double seconds = 0;
   bool timed_out = false;
 };

@@ -146,6 +146,15 @@ std::vector<Candidate> diverse_candidates(const PipelineAnalysis &dag, CostModel
   for (size_t i = 0; i < pool.size() && static_cast<int>(out.size()) < count; ++i)
     if (!taken[i] && structures.insert(full_shape(*pool[i].state)).second)
       take(i);
+  // Where few placements are legal (every Func at root or inlined, say), schedules share their
+  // structure and differ in tilings: those are candidates too, rather than timing one schedule.
+  for (size_t i = 0; i < pool.size() && static_cast<int>(out.size()) < count; ++i) {
+    bool seen = taken[i];
+    for (size_t o = 0; o < out.size() && !seen; ++o)
+      seen = out[o].state->choices == pool[i].state->choices;
+    if (!seen)
+      take(i);
+  }
   return out;
 }
 

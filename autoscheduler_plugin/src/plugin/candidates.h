@@ -20,7 +20,8 @@ struct Candidate {
 // K near-copies of one beam state would measure the model's one guess K times, so the others
 // differ where it matters: each places the costliest Funcs (the most points times operations at
 // root) differently from every candidate before it, or tiles them or the outputs in another
-// shape (strips or squarer tiles), where the pool allows; then any other placement.
+// shape (strips or squarer tiles), where the pool allows; then any other placement; then, where
+// the pool holds fewer placements than `count`, other tilings of the ones taken.
 // The pool is the beam search's distinct schedules plus the best schedules of searches held to
 // fewer kinds of placement — every Func inlined or at root (the plain, robust schedule that
 // Halide users write first), then compute_at per tile or per parallel task alone — which the

@@ -170,9 +170,11 @@ std::vector<FuncChoice> gpu_func_choices(const PipelineAnalysis &dag, const Stat
 std::vector<FuncChoice> target_func_choices(const PipelineAnalysis &dag, const State &state,
                                             const LoopNestModel &model, int id,
                                             const Parameters &params, bool coarse,
-                                            const std::set<PlacementKey> &allowed) {
-  return params.gpu ? gpu_func_choices(dag, state, model, id, params, coarse, allowed)
-                    : func_choices(dag, state, model, id, params, coarse, allowed);
+                                            const std::set<PlacementKey> &allowed,
+                                            long long *oversized_dropped) {
+  return params.gpu
+             ? gpu_func_choices(dag, state, model, id, params, coarse, allowed)
+             : func_choices(dag, state, model, id, params, coarse, allowed, oversized_dropped);
 }
 
 } // namespace hkfac::sched

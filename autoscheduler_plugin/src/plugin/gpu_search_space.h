@@ -30,10 +30,11 @@ std::vector<FuncChoice> gpu_func_choices(const PipelineAnalysis &dag, const Stat
                                          const std::set<PlacementKey> &allowed);
 
 // The candidate decisions for Func `id` on the pipeline's target: gpu_func_choices on a GPU
-// target, func_choices on a CPU.
+// target, func_choices (counting into `oversized_dropped`) on a CPU.
 std::vector<FuncChoice> target_func_choices(const PipelineAnalysis &dag, const State &state,
                                             const LoopNestModel &model, int id,
                                             const Parameters &params, bool coarse,
-                                            const std::set<PlacementKey> &allowed);
+                                            const std::set<PlacementKey> &allowed,
+                                            long long *oversized_dropped = nullptr);
 
 } // namespace hkfac::sched

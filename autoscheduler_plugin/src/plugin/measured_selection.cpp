@@ -34,10 +34,14 @@ MeasuredSelection choose_by_measurement(const PipelineAnalysis &dag,
       sel.chosen = static_cast<int>(i);
     }
   sel.measured = std::isfinite(best);
-  int ran = 0, failed = 0;
-  for (const Timing &t : sel.timings) {
+  int ran = 0, failed = 0, first_failed = -1;
+  for (size_t i = 0; i < sel.timings.size(); ++i) {
+    const Timing &t = sel.timings[i];
     ran += t.ok;
-    failed += !t.ok && t.failure.rfind("not compiled", 0) != 0;
+    // "not compiled": the budget ran out before it; not a failure of the candidate.
+    if (!t.ok && t.failure.rfind("not compiled", 0) != 0) {
+      first_failed = failed++ == 0 ? static_cast<int>(i) : first_failed;
+    }
   }
   std::ostringstream line;
   line.precision(3);
@@ -55,8 +59,12 @@ MeasuredSelection choose_by_measurement(const PipelineAnalysis &dag,
     else if (sel.chosen != 0)
       line << "; the model's pick did not run: " << model_pick.failure;
     line << ")";
-    if (failed)
-      line << "; " << failed << " failed";
+    // The first failure's reason at the default log level: a candidate Halide refuses or that
+    // crashes is worth a user's report.
+    if (failed) {
+      line << "; " << failed << " failed (#" << first_failed << ": "
+           << sel.timings[first_failed].failure << ")";
+    }
   }
   sel.summary = line.str();
   return sel;

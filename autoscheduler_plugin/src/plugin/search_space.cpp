@@ -102,14 +102,17 @@ std::vector<int> lane_dims(const FuncNode &f, const Parameters &params) {
 std::vector<FuncChoice> unblocked_choices(const PipelineAnalysis &dag, const State &state,
                                           const LoopNestModel &model, int id,
                                           const Parameters &params, bool coarse,
-                                          const std::set<PlacementKey> &allowed);
+                                          const std::set<PlacementKey> &allowed,
+                                          long long *oversized_dropped);
 
 } // namespace
 
 std::vector<FuncChoice> func_choices(const PipelineAnalysis &dag, const State &state,
                                      const LoopNestModel &model, int id, const Parameters &params,
-                                     bool coarse, const std::set<PlacementKey> &allowed) {
-  std::vector<FuncChoice> out = unblocked_choices(dag, state, model, id, params, coarse, allowed);
+                                     bool coarse, const std::set<PlacementKey> &allowed,
+                                     long long *oversized_dropped) {
+  std::vector<FuncChoice> out =
+      unblocked_choices(dag, state, model, id, params, coarse, allowed, oversized_dropped);
   const FuncNode &f = dag.funcs[id];
   if (f.is_extern)
     return out;
@@ -163,7 +166,8 @@ namespace {
 std::vector<FuncChoice> unblocked_choices(const PipelineAnalysis &dag, const State &state,
                                           const LoopNestModel &model, int id,
                                           const Parameters &params, bool coarse,
-                                          const std::set<PlacementKey> &allowed) {
+                                          const std::set<PlacementKey> &allowed,
+                                          long long *oversized_dropped) {
   const FuncNode &f = dag.funcs[id];
   std::vector<FuncChoice> out;
   auto keep = [&](const FuncChoice &c) {
@@ -262,8 +266,16 @@ std::vector<FuncChoice> unblocked_choices(const PipelineAnalysis &dag, const Sta
   root.placement = Placement::Root;
   // A later pass that allows only oversized placements here gets none, and the search then
   // offers every placement (beam_search.cpp), compute_root among them.
-  if (!keep(root) || (!(params.placements & kPlaceRoot) && !out.empty()))
-    return out.empty() && allowed.empty() ? oversized : out;
+  // Oversized placements left out of what is returned: the search without the bound can differ.
+  const auto count_dropped = [&](const std::vector<FuncChoice> &returned) {
+    if (oversized_dropped && &returned != &oversized)
+      *oversized_dropped += static_cast<long long>(oversized.size());
+  };
+  if (!keep(root) || (!(params.placements & kPlaceRoot) && !out.empty())) {
+    const std::vector<FuncChoice> &returned = out.empty() && allowed.empty() ? oversized : out;
+    count_dropped(returned);
+    return returned;
+  }
   const Box &r = f.root_region;
   std::vector<std::vector<double>> per_dim(f.dims);
   for (int d = 0; d < f.dims; ++d) {
@@ -326,6 +338,7 @@ std::vector<FuncChoice> unblocked_choices(const PipelineAnalysis &dag, const Sta
       continue;
     out.push_back(roots[i]);
   }
+  count_dropped(out);
   return out;
 }
 

@@ -33,9 +33,11 @@ bool computed_consumers(const PipelineAnalysis &dag, const State &state, int id,
 //  - compute_at a loop (per tile or per parallel task) of the Root Func that all its consumers
 //    are computed in; per tile also with the storage hoisted to the task loop (store_outer,
 //    a sliding window), where a serial tile loop lies between and the Func has no update.
-// `allowed`, when not empty, keeps only those placements (later passes).
+// `allowed`, when not empty, keeps only those placements (later passes). `oversized_dropped`,
+// when given, counts the placements the allocation bound (Parameters::iteration_bytes) left out.
 std::vector<FuncChoice> func_choices(const PipelineAnalysis &dag, const State &state,
                                      const LoopNestModel &model, int id, const Parameters &params,
-                                     bool coarse, const std::set<PlacementKey> &allowed);
+                                     bool coarse, const std::set<PlacementKey> &allowed,
+                                     long long *oversized_dropped = nullptr);
 
 } // namespace hkfac::sched
