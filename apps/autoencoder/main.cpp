@@ -16,7 +16,7 @@
 #include <utility>
 #include <vector>
 
-#include "adam.h"
+#include "hkfac/kfac/adam.h"
 #include "cli.h"
 #include "data.h"
 #include "flags.h"
@@ -487,7 +487,7 @@ int run() {
       report_traffic(*comm, static_cast<int>(curve.size()) - 1);
   } else {
     Params velocity = hkfac::kfac::zeros_like(params), grad;
-    hkfac::apps::Adam adam(lr);
+    hkfac::kfac::Adam adam(lr);
     for (int s = 0; s < steps; ++s) {
       const double loss =
           loss_and_gradient(model, value, params, data.next_batch(batch_size), l2, grad);

@@ -17,7 +17,7 @@
 #include <random>
 #include <sstream>
 
-#include "adam.h"
+#include "hkfac/kfac/adam.h"
 #include "cli.h"
 #include "flags.h"
 #include "hkfac/allocator.h"
@@ -319,7 +319,7 @@ int run() {
       evaluate_if_due(step + 1, false);
     }
   } else {
-    hkfac::apps::Adam adam(absl::GetFlag(FLAGS_learning_rate));
+    hkfac::kfac::Adam adam(absl::GetFlag(FLAGS_learning_rate));
     for (; step < steps && !done(); ++step) {
       const Batch b = next_batch();
       const Matrix logits = model.forward(params, b);

@@ -8,11 +8,11 @@
 #include <sstream>
 
 #include "hkfac/cost_model/ensemble.h"
+#include "hkfac/cost_model/evaluation.h"
 #include "hkfac/cost_model/samples.h"
 #include "hkfac/cost_model/weights.h"
 #include "hkfac/error.h"
 #include "tool_main.h"
-#include "training/evaluation.h"
 
 ABSL_FLAG(std::string, weights, "",
           "The .weights file or weights directory, or several files separated by ':' (an "

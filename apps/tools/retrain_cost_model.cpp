@@ -13,10 +13,10 @@
 #include <sstream>
 
 #include "hkfac/cost_model/samples.h"
+#include "hkfac/cost_model/trainer.h"
 #include "hkfac/cost_model/weights.h"
 #include "hkfac/error.h"
 #include "tool_main.h"
-#include "training/trainer.h"
 
 ABSL_FLAG(int, epochs, 50, "Passes over the training pipelines");
 ABSL_FLAG(std::string, rates, "0.0001",
@@ -106,25 +106,6 @@ std::vector<std::string> sample_paths() {
   }
 }
 
-// A flag's value must be finite and `in_range` (described by `range`). NaN fails every
-// comparison, so without the explicit check it would slip past a plain `> 0` test.
-double checked_flag(const char *flag, double value, bool in_range, const char *range) {
-  if (!std::isfinite(value) || !in_range) {
-    std::ostringstream msg;
-    msg << "--" << flag << ": expected a finite number " << range << ", got " << value;
-    throw hkfac::Error(msg.str());
-  }
-  return value;
-}
-
-int checked_flag(const char *flag, int value, int low) {
-  if (value < low) {
-    throw hkfac::Error(std::string("--") + flag + ": expected an integer >= " +
-                       std::to_string(low) + ", got " + std::to_string(value));
-  }
-  return value;
-}
-
 // The flags named on the command line (absl keeps that to itself): "--rates=0.1", "-rates 0.1"
 // and "--nokfac_adaptive" all name theirs. Words after "--" are not flags.
 std::set<std::string> named_flags(int argc, char **argv) {
@@ -206,54 +187,44 @@ std::string fixed3(double v) {
   return text;
 }
 
-// Every numeric flag, checked before anything is loaded; the trainer's own checks would come
-// only after the samples were read, some (K-FAC's) only after the first epoch.
-cm::TrainOptions train_options() {
-  const auto positive = [](const char *flag, double v) {
-    return checked_flag(flag, v, v > 0, "> 0");
-  };
-  const auto positive_or_zero = [](const char *flag, double v) {
-    return checked_flag(flag, v, v >= 0, ">= 0");
-  };
+// The options from the flags, checked before anything is loaded: flags of the other optimizer are
+// refused, then the library's checks run (they name the option, here named as the flag). 0 means
+// "none" for the optional K-FAC settings.
+cm::TrainOptions train_options(const std::set<std::string> &named) {
   cm::TrainOptions o;
-  o.optimizer = cm::parse_optimizer(absl::GetFlag(FLAGS_optimizer));
-  o.epochs = checked_flag("epochs", absl::GetFlag(FLAGS_epochs), 0);
-  o.batch_size = checked_flag("batch_size", absl::GetFlag(FLAGS_batch_size), 2);
-  o.schedules_per_visit =
-      checked_flag("schedules_per_visit", absl::GetFlag(FLAGS_schedules_per_visit), 0);
+  try {
+    o.optimizer = cm::parse_optimizer(absl::GetFlag(FLAGS_optimizer));
+  } catch (const hkfac::Error &e) {
+    throw hkfac::Error(std::string("--") + e.what());
+  }
+  check_optimizer_flags(o.optimizer, named);
+  o.epochs = absl::GetFlag(FLAGS_epochs);
+  o.batch_size = absl::GetFlag(FLAGS_batch_size);
+  o.schedules_per_visit = absl::GetFlag(FLAGS_schedules_per_visit);
   o.seed = static_cast<unsigned>(absl::GetFlag(FLAGS_seed));
   o.num_cores = hkfac::tools::num_cores_flag(absl::GetFlag(FLAGS_num_cores));
-  o.max_seconds = positive_or_zero("max_seconds", absl::GetFlag(FLAGS_max_seconds));
-  o.penalty_weight = positive_or_zero("penalty_weight", absl::GetFlag(FLAGS_penalty_weight));
+  o.max_seconds = absl::GetFlag(FLAGS_max_seconds);
+  o.penalty_weight = absl::GetFlag(FLAGS_penalty_weight);
   o.kfac_adaptive = absl::GetFlag(FLAGS_kfac_adaptive);
-  o.kfac_rate = positive("kfac_rate", absl::GetFlag(FLAGS_kfac_rate));
-  if (const double r = positive_or_zero("kfac_final_rate", absl::GetFlag(FLAGS_kfac_final_rate));
-      r != 0) {
-    if (o.kfac_adaptive)
-      throw hkfac::Error("--kfac_final_rate schedules a fixed rate; --kfac_adaptive computes its "
-                         "own");
+  o.kfac_rate = absl::GetFlag(FLAGS_kfac_rate);
+  if (const double r = absl::GetFlag(FLAGS_kfac_final_rate); r != 0)
     o.kfac_final_rate = r;
-  }
-  o.kfac_damping = positive("kfac_damping", absl::GetFlag(FLAGS_kfac_damping));
-  // A momentum of 1 or more never lets old updates decay.
-  const double momentum = absl::GetFlag(FLAGS_kfac_momentum);
-  o.kfac_momentum =
-      checked_flag("kfac_momentum", momentum, momentum >= 0 && momentum < 1, "in [0, 1)");
-  o.kfac_inverse_period =
-      checked_flag("kfac_inverse_period", absl::GetFlag(FLAGS_kfac_inverse_period), 1);
-  o.kfac_curvature_period =
-      checked_flag("kfac_curvature_period", absl::GetFlag(FLAGS_kfac_curvature_period), 1);
-  if (const double c =
-          positive_or_zero("kfac_norm_constraint", absl::GetFlag(FLAGS_kfac_norm_constraint));
-      c > 0)
+  o.kfac_damping = absl::GetFlag(FLAGS_kfac_damping);
+  o.kfac_momentum = absl::GetFlag(FLAGS_kfac_momentum);
+  o.kfac_inverse_period = absl::GetFlag(FLAGS_kfac_inverse_period);
+  o.kfac_curvature_period = absl::GetFlag(FLAGS_kfac_curvature_period);
+  if (const double c = absl::GetFlag(FLAGS_kfac_norm_constraint); c != 0)
     o.kfac_norm_constraint = c;
   else
     o.kfac_norm_constraint.reset();
   o.kfac_serial_kernels = absl::GetFlag(FLAGS_kfac_serial_kernels);
-  o.top_choice_weight =
-      positive_or_zero("top_choice_weight", absl::GetFlag(FLAGS_top_choice_weight));
-  o.top_choice_temperature =
-      positive("top_choice_temperature", absl::GetFlag(FLAGS_top_choice_temperature));
+  o.top_choice_weight = absl::GetFlag(FLAGS_top_choice_weight);
+  o.top_choice_temperature = absl::GetFlag(FLAGS_top_choice_temperature);
+  try {
+    cm::validate(o);
+  } catch (const hkfac::Error &e) {
+    throw hkfac::Error(std::string("--") + e.what());
+  }
   return o;
 }
 
@@ -328,8 +299,7 @@ int main(int argc, char **argv) {
         if (initial.empty() == !randomize)
           throw hkfac::Error("give exactly one of --initial_weights and --randomize_weights");
         const int S = hkfac::tools::schedule_features_flag(absl::GetFlag(FLAGS_schedule_features));
-        cm::TrainOptions o = train_options();
-        check_optimizer_flags(o.optimizer, named);
+        cm::TrainOptions o = train_options(named);
         std::vector<double> rates = parse_rates(absl::GetFlag(FLAGS_rates));
         if (o.optimizer == cm::OptimizerKind::kfac)
           rates = {rates.front()}; // K-FAC's rate is --kfac_rate (or adaptive)

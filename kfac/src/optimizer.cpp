@@ -221,48 +221,6 @@ Batch Optimizer::pull(const std::function<Batch()> &next_batch) {
   return b;
 }
 
-BatchShard Optimizer::shard_of(const Batch &batch) {
-  BatchShard shard;
-  if (!comm_)
-    return shard;
-  shard.communicator = comm_.get();
-  const std::vector<int64_t> rows = comm_->all_gather(batch.inputs.rows(), "control");
-  int64_t total = 0;
-  for (int r = 0; r < comm_->size(); ++r) {
-    // Every rank sees every size, so all of them refuse together.
-    if (rows[r] <= 0) {
-      throw Error("multi_device: rank " + std::to_string(r) + " of " +
-                  std::to_string(comm_->size()) + " has an empty batch; every rank needs examples");
-    }
-    if (r < comm_->rank())
-      shard.first_example += rows[r];
-    total += rows[r];
-  }
-  shard.fraction = static_cast<double>(batch.inputs.rows()) / static_cast<double>(total);
-  return shard;
-}
-
-void Optimizer::average(double *values, size_t n, const BatchShard &shard, const char *phase) {
-  for (size_t i = 0; i < n; ++i)
-    values[i] *= shard.fraction;
-  comm_->sum(values, n, phase);
-}
-
-void Optimizer::average(Params &values, const BatchShard &shard, const char *phase) {
-  exchange_.clear();
-  for (const Matrix &m : values)
-    exchange_.insert(exchange_.end(), m.data(), m.data() + m.size());
-  const float fraction = static_cast<float>(shard.fraction);
-  for (float &x : exchange_)
-    x *= fraction;
-  comm_->sum(exchange_.data(), exchange_.size(), phase);
-  const float *next = exchange_.data();
-  for (Matrix &m : values) {
-    std::copy(next, next + m.size(), m.data());
-    next += m.size();
-  }
-}
-
 double Optimizer::forward(const Params &params, const Batch &batch, LossRegistry &losses,
                           std::map<std::string, double> *aux, bool with_value,
                           const double *params_squared_norm) {
@@ -295,21 +253,25 @@ Params Optimizer::backward_gradient(const Params &params, const LossRegistry &lo
 }
 
 bool Optimizer::uses_curvature_subset(const Batch &batch) const {
-  return options_.curvature_batch_size > 0 && options_.curvature_batch_size < batch.inputs.rows();
+  return options_.curvature_batch_size > 0 && options_.curvature_batch_size < batch.size();
 }
 
 Batch Optimizer::curvature_subset(const Batch &batch) const {
-  const Eigen::Index m = options_.curvature_batch_size;
+  const Eigen::Index m = options_.curvature_batch_size, rows = batch.size();
   Batch head;
-  head.inputs = batch.inputs.topRows(m);
-  // Targets travel with their examples; a batch without targets has none to cut.
-  if (batch.targets.rows() == batch.inputs.rows()) {
-    head.targets = batch.targets.topRows(m);
-  } else if (batch.targets.size() != 0) {
-    throw Error("curvature_batch_size: batch.targets has " + std::to_string(batch.targets.rows()) +
-                " rows and batch.inputs " + std::to_string(batch.inputs.rows()) +
-                "; a curvature subset needs one target row per example (or no targets)");
-  }
+  // Inputs, indices and targets travel with their examples; a part a batch lacks has none to cut.
+  const auto cut = [&](const auto &part, auto &into, const char *name) {
+    if (part.rows() == rows) {
+      into = part.topRows(m);
+    } else if (part.size() != 0) {
+      throw Error(std::string("curvature_batch_size: batch.") + name + " has " +
+                  std::to_string(part.rows()) + " rows and the batch " + std::to_string(rows) +
+                  " examples; a curvature subset needs one row per example (or none)");
+    }
+  };
+  cut(batch.inputs, head.inputs, "inputs");
+  cut(batch.indices, head.indices, "indices");
+  cut(batch.targets, head.targets, "targets");
   return head;
 }
 
@@ -418,7 +380,7 @@ StepStats Optimizer::step(Params &params, const std::function<Batch()> &next_bat
   }
   s.batch = pull(next_batch);
   s.shard = shard_of(s.batch);
-  s.curvature_rows = s.batch.inputs.rows();
+  s.curvature_rows = s.batch.size();
   s.gamma = static_cast<float>(options_.l2_reg + s.r.damping);
 
   if (auto rejected = loss_and_gradient(s))
@@ -696,7 +658,7 @@ const LossRegistry &Optimizer::at_curvature_point(StepState &s) {
     const Batch head = curvature_subset(s.batch);
     forward(s.params, head, s.subset_losses, nullptr, false);
     s.curvature_losses = &s.subset_losses;
-    s.curvature_rows = head.inputs.rows();
+    s.curvature_rows = head.size();
   }
   return *s.curvature_losses;
 }

@@ -5,7 +5,7 @@
 #include <algorithm>
 #include <utility>
 
-#include "ops.h"
+#include "kernel_dispatch.h"
 
 namespace hkfac::kfac {
 namespace {

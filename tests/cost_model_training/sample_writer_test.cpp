@@ -10,7 +10,7 @@
 #include <vector>
 
 #include "hkfac/cost_model/samples.h"
-#include "training_data.h"
+#include "hkfac/cost_model/training_data.h"
 
 namespace hkfac::cost_model {
 namespace {

@@ -5,9 +5,9 @@
 #include <cmath>
 #include <random>
 
+#include "hkfac/cost_model/top_choice_loss.h"
 #include "hkfac/error.h"
 #include "loss_checks.h"
-#include "top_choice_loss.h"
 
 namespace hkfac::cost_model {
 namespace {

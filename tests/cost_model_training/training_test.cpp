@@ -4,15 +4,17 @@
 
 #include <algorithm>
 #include <cmath>
+#include <functional>
 #include <random>
 
-#include "cost_model_net.h"
-#include "evaluation.h"
+#include "hkfac/cost_model/evaluation.h"
+#include "hkfac/cost_model/network.h"
+#include "hkfac/cost_model/relative_throughput_loss.h"
+#include "hkfac/cost_model/schedule_batch.h"
+#include "hkfac/cost_model/trainer.h"
 #include "hkfac/error.h"
 #include "hkfac/kernels/cost_model.h"
 #include "loss_checks.h"
-#include "relative_throughput_loss.h"
-#include "trainer.h"
 
 namespace hkfac::cost_model {
 namespace {
@@ -221,6 +223,84 @@ kfac::Params random_params(const kfac::Model &m, unsigned seed, float scale) {
   return p;
 }
 
+// A batch carries its schedules as exact integers, and a batch the network cannot read (two
+// pipelines, an index past the data) is refused, naming the reader.
+TEST(ScheduleBatch, RoundTripsItsIndicesAndRefusesWhatNoPipelineHolds) {
+  const TrainingData data = synthetic_data(3, 9, 5, Split{Split::Kind::none, ""});
+  const kfac::Batch batch = make_batch(data, 2, {6, 0, 3});
+  EXPECT_EQ(batch.size(), 3);
+  EXPECT_EQ(batch.inputs.size(), 0);
+  const ScheduleBatch which = schedules_of(batch, data, "reader");
+  EXPECT_EQ(which.pipeline, 2);
+  EXPECT_EQ(which.schedules, (std::vector<int>{6, 0, 3}));
+  for (int n = 0; n < 3; ++n)
+    EXPECT_EQ(batch.targets(n, 0), data.pipelines[2].runtimes_ms[which.schedules[n]]);
+
+  const auto refused = [&](kfac::Batch b, const std::string &why) {
+    try {
+      schedules_of(b, data, "reader");
+      ADD_FAILURE() << "accepted a batch with " << why;
+    } catch (const hkfac::Error &e) {
+      EXPECT_EQ(std::string(e.what()).rfind("reader: ", 0), 0u) << e.what();
+    }
+  };
+  kfac::Batch mixed = batch;
+  mixed.indices(1, 0) = 1;
+  refused(mixed, "two pipelines");
+  kfac::Batch past = batch;
+  past.indices(2, 1) = 9;
+  refused(past, "a schedule index past the pipeline's");
+  kfac::Batch no_pipeline = batch;
+  no_pipeline.indices.col(0).setConstant(3);
+  refused(no_pipeline, "a pipeline index past the data");
+  refused(kfac::Batch{}, "no rows");
+}
+
+// Each option out of its range is refused by the library's one check, which names it.
+TEST(TrainOptions, ValidateRefusesEachOptionOutOfRangeNamingIt) {
+  EXPECT_NO_THROW(validate(TrainOptions{}));
+  const std::vector<std::pair<std::string, std::function<void(TrainOptions &)>>> cases = {
+      {"epochs", [](TrainOptions &o) { o.epochs = -1; }},
+      {"batch_size", [](TrainOptions &o) { o.batch_size = 1; }},
+      {"schedules_per_visit", [](TrainOptions &o) { o.schedules_per_visit = -1; }},
+      {"num_cores", [](TrainOptions &o) { o.num_cores = 0; }},
+      {"rate", [](TrainOptions &o) {
+         o.optimizer = OptimizerKind::adam;
+         o.rate = std::nan("");
+       }},
+      {"penalty_weight", [](TrainOptions &o) { o.penalty_weight = -1; }},
+      {"max_seconds", [](TrainOptions &o) { o.max_seconds = HUGE_VAL; }},
+      {"kfac_rate", [](TrainOptions &o) { o.kfac_rate = 0; }},
+      {"kfac_final_rate", [](TrainOptions &o) { o.kfac_final_rate = -0.1; }},
+      {"kfac_final_rate", [](TrainOptions &o) {
+         o.kfac_adaptive = true;
+         o.kfac_final_rate = 0.01;
+       }},
+      {"kfac_damping", [](TrainOptions &o) { o.kfac_damping = 0; }},
+      {"kfac_momentum", [](TrainOptions &o) { o.kfac_momentum = 1; }},
+      {"kfac_inverse_period", [](TrainOptions &o) { o.kfac_inverse_period = 0; }},
+      {"kfac_curvature_period", [](TrainOptions &o) { o.kfac_curvature_period = 0; }},
+      {"kfac_l2", [](TrainOptions &o) { o.kfac_l2 = -1e-5; }},
+      {"kfac_norm_constraint", [](TrainOptions &o) { o.kfac_norm_constraint = std::nan(""); }},
+      {"top_choice_weight", [](TrainOptions &o) { o.top_choice_weight = -1; }},
+      {"top_choice_weight", [](TrainOptions &o) {
+         o.optimizer = OptimizerKind::adam;
+         o.top_choice_weight = 1;
+       }},
+      {"top_choice_temperature", [](TrainOptions &o) { o.top_choice_temperature = 0; }},
+  };
+  for (const auto &[name, spoil] : cases) {
+    TrainOptions o;
+    spoil(o);
+    try {
+      validate(o);
+      ADD_FAILURE() << "validate accepted a bad " << name;
+    } catch (const hkfac::Error &e) {
+      EXPECT_EQ(std::string(e.what()).rfind(name, 0), 0u) << e.what();
+    }
+  }
+}
+
 TEST(CostModelNet, JvpIsTheAdjointOfBackward) {
   const TrainingData data = synthetic_data(3, 9, 5, Split{Split::Kind::none, ""});
   CostModelNet net(data, 2);
@@ -397,7 +477,7 @@ TEST(CostModelTraining, KfacCurvaturePeriodTrainsAndIsValidated) {
     train(data, random_weights(S, 77), o, [](const EpochRecord &) {});
     ADD_FAILURE() << "a curvature period of 0 was accepted";
   } catch (const hkfac::Error &e) {
-    EXPECT_NE(std::string(e.what()).find("--kfac_curvature_period"), std::string::npos)
+    EXPECT_NE(std::string(e.what()).find("kfac_curvature_period"), std::string::npos)
         << e.what();
   }
 }
@@ -428,7 +508,7 @@ TEST(CostModelTraining, TopChoiceTermTrainsBesideLRel) {
     train(data, random_weights(S, 77), o, [](const EpochRecord &) {});
     ADD_FAILURE() << "a top-choice weight under Adam was accepted";
   } catch (const hkfac::Error &e) {
-    EXPECT_NE(std::string(e.what()).find("--top_choice_weight"), std::string::npos) << e.what();
+    EXPECT_NE(std::string(e.what()).find("top_choice_weight"), std::string::npos) << e.what();
   }
 }
 
@@ -464,7 +544,7 @@ TEST(CostModelTraining, SchedulesPerVisitWeighsPipelinesByTheirSchedules) {
     run(-1);
     ADD_FAILURE() << "a negative schedules_per_visit was accepted";
   } catch (const hkfac::Error &e) {
-    EXPECT_NE(std::string(e.what()).find("--schedules_per_visit"), std::string::npos) << e.what();
+    EXPECT_NE(std::string(e.what()).find("schedules_per_visit"), std::string::npos) << e.what();
   }
 }
 
@@ -515,7 +595,7 @@ TEST(CostModelTraining, KfacFinalRateDecaysAlongAHalfCosine) {
       train(data, random_weights(S, 77), k, [](const EpochRecord &) {});
       ADD_FAILURE() << "a final rate of " << bad << " was accepted";
     } catch (const hkfac::Error &e) {
-      EXPECT_NE(std::string(e.what()).find("--kfac_final_rate"), std::string::npos) << e.what();
+      EXPECT_NE(std::string(e.what()).find("kfac_final_rate"), std::string::npos) << e.what();
     }
   }
   TrainOptions adaptive;
@@ -526,7 +606,7 @@ TEST(CostModelTraining, KfacFinalRateDecaysAlongAHalfCosine) {
     train(data, random_weights(S, 77), adaptive, [](const EpochRecord &) {});
     ADD_FAILURE() << "a final rate with the adaptive rate was accepted";
   } catch (const hkfac::Error &e) {
-    EXPECT_NE(std::string(e.what()).find("--kfac_adaptive"), std::string::npos) << e.what();
+    EXPECT_NE(std::string(e.what()).find("kfac_adaptive"), std::string::npos) << e.what();
   }
 }
 

@@ -1,16 +1,15 @@
-// Applying and printing schedules (see apply_schedule.h).
+// Applying a chosen schedule, or the fallback, to the pipeline's Funcs (see apply_schedule.h).
 #include "apply_schedule.h"
 
 #include <algorithm>
 #include <cmath>
 #include <map>
-#include <optional>
-#include <set>
 #include <sstream>
 
 #include "fixed_dims.h"
 #include "gpu_atomics.h"
 #include "loop_nest_model.h"
+#include "schedule_writer.h"
 #include "update_nest.h"
 
 namespace hkfac::sched {
@@ -20,61 +19,11 @@ using namespace Halide::Internal;
 
 namespace {
 
-std::string identifier(const std::string &name) {
-  std::string s;
-  for (char c : name)
-    s += std::isalnum(static_cast<unsigned char>(c)) ? c : '_';
-  if (s.empty() || std::isdigit(static_cast<unsigned char>(s[0])))
-    s = "v_" + s;
-  return s;
-}
-
-std::string display_name(const std::string &name) {
-  const size_t d = name.rfind('$');
-  if (d == std::string::npos || d + 1 == name.size())
-    return name;
-  for (size_t i = d + 1; i < name.size(); ++i)
-    if (!std::isdigit(static_cast<unsigned char>(name[i])))
-      return name;
-  return name.substr(0, d);
-}
-
-} // namespace
-
-std::string cpp_func_name(const std::string &func_name) {
-  return identifier(display_name(func_name));
-}
-
-namespace {
-
-// Names a printed Func or Var may not take: the apply function's own and C++'s keywords (a Func
-// may be called `new` or `int` in Halide).
-std::set<std::string> reserved_names() {
-  return {"pipeline", "target", "Func", "MemoryType", "RVar", "TailStrategy", "Var",
-          "alignas", "alignof", "and", "and_eq", "asm", "auto", "bitand", "bitor", "bool", "break",
-          "case", "catch", "char", "char8_t", "char16_t", "char32_t", "class", "compl", "concept",
-          "const", "consteval", "constexpr", "constinit", "const_cast", "continue", "co_await",
-          "co_return", "co_yield", "decltype", "default", "delete", "do", "double", "dynamic_cast",
-          "else", "enum", "explicit", "export", "extern", "false", "float", "for", "friend", "goto",
-          "if", "inline", "int", "long", "mutable", "namespace", "new", "noexcept", "not", "not_eq",
-          "nullptr", "operator", "or", "or_eq", "private", "protected", "public", "register",
-          "reinterpret_cast", "requires", "return", "short", "signed", "sizeof", "static",
-          "static_assert", "static_cast", "struct", "switch", "template", "this", "thread_local",
-          "throw", "true", "try", "typedef", "typeid", "typename", "union", "unsigned", "using",
-          "virtual", "void", "volatile", "wchar_t", "while", "xor", "xor_eq"};
-}
-
-std::string factor_text(double f) { return std::to_string(static_cast<long long>(f)); }
-
 // A pure definition's split shifts its last tile inwards where shifts_inwards allows (Halide's
 // own default for pure definitions: full vectors, no predicated tail, whose code LLVM took
 // minutes over); updates and everything else use GuardWithIf.
 TailStrategy pure_tail(const FuncNode &f, double extent, double factor) {
   return shifts_inwards(f, extent, factor) ? TailStrategy::ShiftInwards : TailStrategy::GuardWithIf;
-}
-
-const char *tail_text(TailStrategy t) {
-  return t == TailStrategy::ShiftInwards ? "ShiftInwards" : "GuardWithIf";
 }
 
 // Every Func of the pipeline and its index in Pipeline::get_func's order.
@@ -90,187 +39,6 @@ std::map<std::string, std::pair<Function, int>> pipeline_funcs(const std::vector
     out.emplace(order[i], std::make_pair(env.at(order[i]), static_cast<int>(i)));
   return out;
 }
-
-// Issues scheduling calls on one Func's stages and writes the same calls as C++.
-class Writer {
-public:
-  Writer(bool apply, std::ostringstream &src) : apply_(apply), src_(src) {}
-
-  void begin(const Function &f, int index) {
-    func_ = Func(f);
-    // Halide makes Func names unique with a "$n" suffix; the C++ name drops it unless another
-    // name of the source already has it.
-    name_ = unique_name(cpp_func_name(f.name()));
-    site_names_[f.name()] = name_;
-    src_ << "    Func " << name_ << " = pipeline.get_func(" << index << ");\n";
-  }
-  void declare_var(const std::string &v, bool rvar) {
-    if (var_names_.count(v))
-      return;
-    const std::string &name = var_names_[v] = unique_name(identifier(v));
-    src_ << "    " << (rvar ? "RVar " : "Var ") << name << "(\"" << v << "\");\n";
-  }
-  Stage stage(int s) {
-    if (s == 0)
-      return fixed_ ? *fixed_ : Stage(func_);
-    return func_.update(s - 1);
-  }
-  std::string stage_text(int s) const {
-    if (s == 0)
-      return fixed_ ? fixed_name_ : name_;
-    return name_ + ".update(" + std::to_string(s - 1) + ")";
-  }
-  // Until general(), the pure definition's directives go to its specialization for outputs whose
-  // extent along each dimension d of `extents` is a multiple of extents[d] (see fixed_dims).
-  void specialize_fixed(const std::vector<std::pair<int, int>> &extents) {
-    Expr cond;
-    std::ostringstream text;
-    for (size_t i = 0; i < extents.size(); ++i) {
-      const auto [d, e] = extents[i];
-      Expr c = func_.output_buffer().dim(d).extent() % e == 0;
-      cond = cond.defined() ? (cond && c) : c;
-      text << (i ? " && " : "") << name_ << ".output_buffer().dim(" << d << ").extent() % " << e
-           << " == 0";
-    }
-    fixed_name_ = unique_name(name_ + "_fixed");
-    src_ << "    ::Halide::Stage " << fixed_name_ << " = " << name_ << ".specialize(" << text.str()
-         << ");\n";
-    fixed_ = apply_ ? func_.specialize(cond) : Stage(func_);
-  }
-  void general() { fixed_.reset(); }
-  VarOrRVar var(const std::string &v, bool rvar) const {
-    return rvar ? VarOrRVar(RVar(v)) : VarOrRVar(Var(v));
-  }
-
-  void split(int s, const std::string &old, bool rvar, const std::string &outer,
-             const std::string &inner, double factor, TailStrategy tail) {
-    declare_var(old, rvar);
-    declare_var(outer, rvar);
-    declare_var(inner, rvar);
-    src_ << "    " << stage_text(s) << ".split(" << id(old) << ", " << id(outer)
-         << ", " << id(inner) << ", " << factor_text(factor) << ", TailStrategy::"
-         << tail_text(tail) << ");\n";
-    if (apply_)
-      stage(s).split(var(old, rvar), var(outer, rvar), var(inner, rvar),
-                     static_cast<int>(factor), tail);
-  }
-  void reorder(int s, const std::vector<std::pair<std::string, bool>> &vars) {
-    if (vars.size() < 2)
-      return;
-    std::vector<VarOrRVar> vs;
-    for (const auto &v : vars)
-      declare_var(v.first, v.second);
-    src_ << "    " << stage_text(s) << ".reorder(";
-    for (size_t i = 0; i < vars.size(); ++i) {
-      src_ << (i ? ", " : "") << id(vars[i].first);
-      vs.push_back(var(vars[i].first, vars[i].second));
-    }
-    src_ << ");\n";
-    if (apply_)
-      stage(s).reorder(vs);
-  }
-  void fuse(int s, const std::string &inner, const std::string &outer, const std::string &fused) {
-    declare_var(inner, false);
-    declare_var(outer, false);
-    declare_var(fused, false);
-    src_ << "    " << stage_text(s) << ".fuse(" << id(inner) << ", " << id(outer)
-         << ", " << id(fused) << ");\n";
-    if (apply_)
-      stage(s).fuse(Var(inner), Var(outer), Var(fused));
-  }
-  // An update left as Halide's default, said so (Halide warns about it otherwise).
-  void unscheduled(int s) {
-    src_ << "    " << stage_text(s) << ".unscheduled();\n";
-    if (apply_)
-      stage(s).unscheduled();
-  }
-  void loop_type(int s, const std::string &v, bool rvar, const char *what) {
-    declare_var(v, rvar);
-    src_ << "    " << stage_text(s) << "." << what << "(" << id(v) << ");\n";
-    if (!apply_)
-      return;
-    const std::string w = what;
-    if (w == "parallel")
-      stage(s).parallel(var(v, rvar));
-    else if (w == "vectorize")
-      stage(s).vectorize(var(v, rvar));
-    else if (w == "unscheduled")
-      stage(s).unscheduled();
-    else if (w == "gpu_blocks")
-      stage(s).gpu_blocks(var(v, rvar));
-    else if (w == "gpu_threads")
-      stage(s).gpu_threads(var(v, rvar));
-    else
-      stage(s).unroll(var(v, rvar));
-  }
-  // An update whose writes are made atomic (gpu_atomics.h).
-  void atomic(int s) {
-    src_ << "    " << stage_text(s) << ".atomic();\n";
-    if (apply_)
-      stage(s).atomic();
-  }
-  // A Func staged per GPU block: its storage in the block's shared memory.
-  void store_in_shared() {
-    src_ << "    " << name_ << ".store_in(MemoryType::GPUShared);\n";
-    if (apply_)
-      func_.store_in(MemoryType::GPUShared);
-  }
-  // A Func allocated inside a loop: on the stack where its size has a small constant bound, and
-  // otherwise in a stack slot reused by every iteration (Halide's pseudostack), which grows at most
-  // a few times per task instead of calling halide_malloc and halide_free once per iteration.
-  void store_in_stack() {
-    src_ << "    " << name_ << ".store_in(MemoryType::Stack);\n";
-    if (apply_)
-      func_.store_in(MemoryType::Stack);
-  }
-  void compute_root() {
-    src_ << "    " << name_ << ".compute_root();\n";
-    if (apply_)
-      func_.compute_root();
-  }
-  void compute_at(const Function &site, const std::string &site_name, const std::string &v) {
-    declare_var(v, false);
-    src_ << "    " << name_ << ".compute_at(" << site_names_.at(site_name) << ", " << id(v)
-         << ");\n";
-    if (apply_)
-      func_.compute_at(Func(site), Var(v));
-  }
-  // Storage hoisted above the compute level: at `v` of `site`, or at root when `v` is empty.
-  void store_at(const Function &site, const std::string &site_name, const std::string &v) {
-    if (v.empty()) {
-      src_ << "    " << name_ << ".store_root();\n";
-      if (apply_)
-        func_.store_root();
-      return;
-    }
-    declare_var(v, false);
-    src_ << "    " << name_ << ".store_at(" << site_names_.at(site_name) << ", " << id(v)
-         << ");\n";
-    if (apply_)
-      func_.store_at(Func(site), Var(v));
-  }
-
-private:
-  // The C++ name of a declared Var or RVar.
-  const std::string &id(const std::string &v) const { return var_names_.at(v); }
-  // `base`, or `base` with the first free suffix: Funcs, Vars and stages share one C++ scope,
-  // beside the apply function's own names.
-  std::string unique_name(const std::string &base) {
-    std::string name = base;
-    for (int n = 1; !names_.insert(name).second; ++n)
-      name = base + "_" + std::to_string(n);
-    return name;
-  }
-
-  bool apply_;
-  std::ostringstream &src_;
-  Func func_;
-  std::optional<Stage> fixed_;
-  std::string name_, fixed_name_;
-  std::set<std::string> names_ = reserved_names();
-  std::map<std::string, std::string> var_names_;
-  std::map<std::string, std::string> site_names_;
-};
 
 // The loop a Root Func offers its producers at `level` (see LoopNestModel::has_site).
 std::string site_var(const FuncNode &f, const FuncChoice &c, const Box &region, SiteLevel level) {
@@ -298,7 +66,7 @@ std::string outer_var(const FuncNode &f, const FuncChoice &c, const Box &region)
 // A Func slid along a tile loop (store_outer) guards its tail: a shifted-in last vector would
 // recompute columns before the slid region from producers whose folded storage has moved on.
 // So does one whose vectors read at a stride (FuncModel::strided_lanes says why).
-void vectorize_pure(Writer &w, const FuncNode &f, const FuncModel &m, const std::string &v,
+void vectorize_pure(ScheduleWriter &w, const FuncNode &f, const FuncModel &m, const std::string &v,
                     bool slid = false) {
   const double extent = m.inner[0];
   const int width = m.vector_width;
@@ -307,7 +75,8 @@ void vectorize_pure(Writer &w, const FuncNode &f, const FuncModel &m, const std:
   w.loop_type(0, v + "_v", false, "vectorize");
 }
 
-void schedule_updates(Writer &w, const FuncNode &f, const FuncChoice &c, const FuncModel &m) {
+void schedule_updates(ScheduleWriter &w, const FuncNode &f, const FuncChoice &c,
+                      const FuncModel &m) {
   for (size_t i = 1; i < f.stages.size(); ++i) {
     const int s = static_cast<int>(i);
     const UpdateNest n = update_nest(f, f.stages[i], c, m);
@@ -347,8 +116,8 @@ void schedule_updates(Writer &w, const FuncNode &f, const FuncChoice &c, const F
 // register tile. An update without a pure loop over dimension 0 or 1 runs its RVars in blocks
 // and threads with atomic writes where gpu_atomic_launch allows; else this returns false,
 // issuing nothing, and it stays a host loop.
-bool schedule_device_stage(Writer &w, const FuncNode &f, const FuncChoice &c, const FuncModel &m,
-                           int s) {
+bool schedule_device_stage(ScheduleWriter &w, const FuncNode &f, const FuncChoice &c,
+                           const FuncModel &m, int s) {
   const StageNode &st = f.stages[s];
   const auto &args = f.func.args();
   auto pure = [&](int d) {
@@ -427,7 +196,8 @@ bool schedule_device_stage(Writer &w, const FuncNode &f, const FuncChoice &c, co
 // block's threads (its dimensions 0 and 1 split by the consumer's thread counts, the threads
 // outermost so each thread strides over the rest) into shared memory; per thread it runs
 // serially in the thread that needs it.
-void schedule_staged(Writer &w, const FuncNode &f, const FuncChoice &c, const FuncModel &site) {
+void schedule_staged(ScheduleWriter &w, const FuncNode &f, const FuncChoice &c,
+                     const FuncModel &site) {
   if (c.at_level == kPerThread)
     return;
   w.store_in_shared();
@@ -467,8 +237,8 @@ std::string device_site_var(const FuncNode &f, const FuncChoice &c, SiteLevel le
 // its parallel loop, dimension 0 vectorized. Each dimension of `fixed` (fixed_dims) is split
 // by its extent too, its tile loop outermost, so the sites its producers are computed at and
 // the parallel loop are those of the unsplit schedule.
-void schedule_root_pure(Writer &w, const FuncNode &f, const FuncChoice &c, const FuncModel &m,
-                        const std::vector<int> &split,
+void schedule_root_pure(ScheduleWriter &w, const FuncNode &f, const FuncChoice &c,
+                        const FuncModel &m, const std::vector<int> &split,
                         const std::vector<std::pair<int, int>> &fixed) {
   const auto &args = f.func.args();
   std::vector<bool> inner_split = m.split;
@@ -506,7 +276,7 @@ void schedule_root_pure(Writer &w, const FuncNode &f, const FuncChoice &c, const
 }
 
 // Applies one Func's decision on a GPU target.
-void apply_device(Writer &w, const PipelineAnalysis &dag, const State &state,
+void apply_device(ScheduleWriter &w, const PipelineAnalysis &dag, const State &state,
                   const LoopNestModel &model, const FuncNode &f) {
   const FuncChoice &c = state.choices[f.id];
   const FuncModel &m = model.func(f.id);
@@ -534,7 +304,7 @@ std::string apply_schedule(const PipelineAnalysis &dag, const State &state,
   LoopNestModel model(dag, state);
   plugin_check(model.legal()) << "Hkfac: the chosen schedule is not legal";
   std::ostringstream src;
-  Writer w(apply, src);
+  ScheduleWriter w(apply, src);
   // Consumers first, so each compute_at names a Func already written.
   for (auto it = dag.funcs.rbegin(); it != dag.funcs.rend(); ++it) {
     const FuncNode &f = *it;
@@ -586,7 +356,7 @@ std::string apply_schedule(const PipelineAnalysis &dag, const State &state,
 std::string apply_fallback(const std::vector<Function> &outputs, bool gpu) {
   const auto funcs = pipeline_funcs(outputs);
   std::ostringstream src;
-  Writer w(true, src);
+  ScheduleWriter w(true, src);
   for (const auto &kv : funcs) {
     const Function &f = kv.second.first;
     w.begin(f, kv.second.second);

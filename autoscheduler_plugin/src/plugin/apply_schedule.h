@@ -23,11 +23,6 @@ namespace hkfac::sched {
 std::string apply_schedule(const PipelineAnalysis &dag, const State &state,
                            const std::vector<Halide::Internal::Function> &outputs, bool apply);
 
-// The C++ name apply_schedule gives Func `func_name` in its source (Halide's "$n" suffix
-// dropped), unless another Func, Var or stage of the source has it already (then the first free
-// "_n" suffix is added).
-std::string cpp_func_name(const std::string &func_name);
-
 // The fallback: every Func that may be scheduled at root, nothing else (the plain schedule the
 // tests use as a reference). On a GPU target (`gpu`) each pure definition with a dimension runs
 // on the device: dimension 0 in blocks of 64 threads, dimension 1 as a grid dimension, the rest

@@ -10,10 +10,10 @@
 #include <sstream>
 #include <vector>
 
-#include "apply_schedule.h"
 #include "cost_model_features.h"
 #include "input_error.h"
 #include "schedule_features.h"
+#include "schedule_writer.h"
 #include "stage_reads.h"
 #include "update_nest.h"
 

@@ -7,7 +7,7 @@
 #include <utility>
 
 #include "hkfac/error.h"
-#include "ops.h"
+#include "kernel_dispatch.h"
 #include "spd_inverse.h"
 
 namespace hkfac::kfac {

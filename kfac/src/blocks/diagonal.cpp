@@ -2,7 +2,7 @@
 #include "hkfac/kfac/blocks/diagonal.h"
 
 #include "hkfac/error.h"
-#include "ops.h"
+#include "kernel_dispatch.h"
 
 namespace hkfac::kfac {
 

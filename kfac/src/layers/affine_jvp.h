@@ -2,7 +2,7 @@
 #pragma once
 
 #include "activation_math.h"
-#include "ops.h"
+#include "kernel_dispatch.h"
 
 namespace hkfac::kfac::detail {
 

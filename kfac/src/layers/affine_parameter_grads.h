@@ -6,7 +6,7 @@
 
 #include "activation_math.h"
 #include "hkfac/kfac/model.h"
-#include "ops.h"
+#include "kernel_dispatch.h"
 
 namespace hkfac::kfac::detail {
 

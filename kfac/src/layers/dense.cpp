@@ -6,7 +6,7 @@
 #include "checked_size.h"
 #include "hkfac/error.h"
 #include "hkfac/kfac/layers.h"
-#include "ops.h"
+#include "kernel_dispatch.h"
 
 namespace hkfac::kfac {
 

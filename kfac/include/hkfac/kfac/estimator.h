@@ -95,6 +95,9 @@ public:
 
 private:
   void invert(const std::vector<CurvatureBlock *> &blocks, float diagonal_weight) const;
+  // The multi_device halves of update_curvature_estimate and update_inverse (data_parallel.cpp):
+  // the blocks' estimates averaged across the shard's ranks, and the inverses shared out.
+  void average_estimates(const BatchShard &shard);
   void update_inverse_distributed(float diagonal_weight, Communicator &comm);
 
   EstimationMode mode_;

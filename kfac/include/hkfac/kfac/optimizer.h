@@ -307,7 +307,8 @@ private:
   void write_checkpoint(const std::string &path, const Params &params,
                         const std::string &metadata) const;
   void read_checkpoint(const std::string &path, Params &params);
-  // This rank's place in the global batch (multi_device; the whole batch otherwise).
+  // This rank's place in the global batch (multi_device; the whole batch otherwise). It and
+  // average() are defined in data_parallel.cpp.
   BatchShard shard_of(const Batch &batch);
   // Σ_r fraction_r·x_r across ranks, in place (multi_device only).
   void average(double *values, size_t n, const BatchShard &shard, const char *phase);

@@ -3,6 +3,7 @@
 
 #include <Eigen/Core>
 
+#include <cstdint>
 #include <string>
 #include <vector>
 
@@ -19,10 +20,18 @@ using Matrix = RowMajorMatrix<float>;
 // updates them in place.
 using Params = std::vector<Matrix>;
 
-// One mini-batch: inputs (one example per row) and, when the loss needs them, targets.
+// Integers per example (token ids, indices of examples held elsewhere), row-major like Matrix.
+using IndexMatrix = Eigen::Matrix<int64_t, Eigen::Dynamic, Eigen::Dynamic, Eigen::RowMajor>;
+
+// One mini-batch: inputs (one example per row) and, when the loss needs them, targets. A model
+// whose examples are integers (an embedding's tokens, a dataset's indices) reads them from
+// `indices`, exactly, instead of through floats; the optimizer slices its rows with the inputs'.
 struct Batch {
   Matrix inputs;
   Matrix targets;
+  IndexMatrix indices;
+  // The number of examples: the rows of the inputs, or of the indices where there are no inputs.
+  Eigen::Index size() const { return inputs.rows() > 0 ? inputs.rows() : indices.rows(); }
 };
 
 struct ParamShape {

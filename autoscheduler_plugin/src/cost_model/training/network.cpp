@@ -1,9 +1,10 @@
 // The cost-model network behind kfac's Model interface.
-#include "cost_model_net.h"
+#include "hkfac/cost_model/network.h"
 
 #include <cmath>
 #include <cstring>
 
+#include "hkfac/cost_model/schedule_batch.h"
 #include "hkfac/error.h"
 
 namespace hkfac::cost_model {
@@ -64,19 +65,6 @@ Weights weights_from_params(const kfac::Params &p, int S) {
     std::memcpy(b.data(), p[i].data(), sizeof(float) * p[i].size());
   }
   return w;
-}
-
-kfac::Batch make_batch(const TrainingData &data, int pipeline, const std::vector<int> &schedules) {
-  const PipelineData &p = data.pipelines.at(pipeline);
-  kfac::Batch b;
-  b.inputs.resize(static_cast<Eigen::Index>(schedules.size()), 2);
-  b.targets.resize(static_cast<Eigen::Index>(schedules.size()), 1);
-  for (size_t n = 0; n < schedules.size(); ++n) {
-    b.inputs(n, 0) = static_cast<float>(pipeline);
-    b.inputs(n, 1) = static_cast<float>(schedules[n]);
-    b.targets(n, 0) = p.runtimes_ms.at(schedules[n]);
-  }
-  return b;
 }
 
 CostModelNet::CostModelNet(const TrainingData &data, int num_cores, Device device)
@@ -174,21 +162,9 @@ void CostModelNet::run_ones_pass() {
 
 kfac::Matrix CostModelNet::forward(const kfac::Params &params, const kfac::Batch &batch) {
   kfac::check_same_shapes(params, kfac::zero_params(*this), "CostModelNet::forward params");
-  if (batch.inputs.rows() < 1 || batch.inputs.cols() != 2)
-    throw Error("CostModelNet::forward: batch inputs must be B x 2 (pipeline, schedule)");
-  const int pipeline = static_cast<int>(batch.inputs(0, 0));
-  if (pipeline < 0 || pipeline >= static_cast<int>(data_.pipelines.size()))
-    throw Error("CostModelNet::forward: pipeline index " + std::to_string(pipeline) +
-                " out of range");
-  pipeline_ = &data_.pipelines[pipeline];
-  std::vector<int> schedules(batch.inputs.rows());
-  for (Eigen::Index n = 0; n < batch.inputs.rows(); ++n) {
-    if (static_cast<int>(batch.inputs(n, 0)) != pipeline)
-      throw Error("CostModelNet::forward: a batch must hold schedules of one pipeline");
-    schedules[n] = static_cast<int>(batch.inputs(n, 1));
-    if (schedules[n] < 0 || schedules[n] >= static_cast<int>(pipeline_->runtimes_ms.size()))
-      throw Error("CostModelNet::forward: schedule index out of range");
-  }
+  const ScheduleBatch which = schedules_of(batch, data_, "CostModelNet::forward");
+  pipeline_ = &data_.pipelines[which.pipeline];
+  const std::vector<int> &schedules = which.schedules;
   params_ = &params;
   B_ = static_cast<int>(schedules.size());
   T_ = pipeline_->num_stages;

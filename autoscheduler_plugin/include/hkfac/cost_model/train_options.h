@@ -1,19 +1,16 @@
-// Training the cost model with K-FAC or Adam, one pipeline's schedules per step.
+// How the cost model is trained: the optimizer, its settings and the batches, with their checks.
 #pragma once
 
-#include <functional>
 #include <optional>
 #include <string>
 
-#include "evaluation.h"
-#include "hkfac/cost_model/weights.h"
 #include "hkfac/device.h"
-#include "training_data.h"
 
 namespace hkfac::cost_model {
 
 enum class OptimizerKind { kfac, adam };
-OptimizerKind parse_optimizer(const std::string &text); // throws naming the value
+// Throws naming the value unless it is "kfac" or "adam".
+OptimizerKind parse_optimizer(const std::string &text);
 
 struct TrainOptions {
   OptimizerKind optimizer = OptimizerKind::kfac;
@@ -58,21 +55,13 @@ struct TrainOptions {
   Device device = default_device();
 };
 
-struct EpochRecord {
-  int epoch = 0;        // 0: before training
-  double seconds = 0.0; // training time so far (evaluation excluded)
-  int steps = 0;
-  Score train, validation;
-  int rejected_steps = 0; // non-finite updates skipped
-};
+// Throws hkfac::Error unless every option is in its range and the options agree with each
+// other. The message starts with the option's name, which is also the command-line flag's of
+// retrain_cost_model (which prefixes "--").
+void validate(const TrainOptions &options);
 
 // K-FAC's learning rate at a 0-based step of a run of `total_steps`: kfac_rate throughout, or
 // with kfac_final_rate the half cosine from kfac_rate at step 0 to kfac_final_rate at the last.
 double scheduled_kfac_rate(const TrainOptions &options, int step, int total_steps);
-
-// Trains from `initial` and returns the weights after the last epoch. `on_epoch` sees epoch 0
-// (the initial weights) and every epoch after it.
-Weights train(const TrainingData &data, const Weights &initial, const TrainOptions &options,
-              const std::function<void(const EpochRecord &)> &on_epoch);
 
 } // namespace hkfac::cost_model

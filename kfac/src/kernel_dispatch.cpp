@@ -1,5 +1,5 @@
 // Kernel routing for the K-FAC library: generated kernels when built, Eigen otherwise.
-#include "ops.h"
+#include "kernel_dispatch.h"
 
 #include <algorithm>
 #include <cstdint>

@@ -1,5 +1,5 @@
 // Grouping, deduplication, splitting and batch packing of cost-model samples.
-#include "training_data.h"
+#include "hkfac/cost_model/training_data.h"
 
 #include <algorithm>
 #include <cstring>

@@ -1,5 +1,5 @@
 // The top-choice loss: values, exact gradient, Gauss–Newton curvature through the logits.
-#include "top_choice_loss.h"
+#include "hkfac/cost_model/top_choice_loss.h"
 
 #include <algorithm>
 #include <cmath>

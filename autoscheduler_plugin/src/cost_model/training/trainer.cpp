@@ -1,5 +1,5 @@
 // The training loops: Adam on the training kernel's loss gradient, K-FAC through kfac::Optimizer.
-#include "trainer.h"
+#include "hkfac/cost_model/trainer.h"
 
 #include <algorithm>
 #include <chrono>
@@ -7,12 +7,14 @@
 #include <numeric>
 #include <random>
 
-#include "cost_model_net.h"
+#include "hkfac/cost_model/network.h"
+#include "hkfac/cost_model/relative_throughput_loss.h"
+#include "hkfac/cost_model/schedule_batch.h"
+#include "hkfac/cost_model/top_choice_loss.h"
 #include "hkfac/error.h"
 #include "hkfac/kernels/cost_model.h"
+#include "hkfac/kfac/adam.h"
 #include "hkfac/kfac/optimizer.h"
-#include "relative_throughput_loss.h"
-#include "top_choice_loss.h"
 
 namespace hkfac::cost_model {
 
@@ -67,41 +69,15 @@ private:
   size_t cursor_ = 0;
 };
 
-// Adam (Kingma & Ba 2015) with the usual constants.
-class Adam {
-public:
-  Adam(const kfac::Params &p, double rate) : rate_(rate) {
-    m_ = kfac::zeros_like(p);
-    v_ = kfac::zeros_like(p);
-  }
-  void step(kfac::Params &p, const kfac::Params &g) {
-    ++t_;
-    const double c1 = 1.0 - std::pow(kBeta1, t_), c2 = 1.0 - std::pow(kBeta2, t_);
-    for (size_t i = 0; i < p.size(); ++i) {
-      m_[i] = kBeta1 * m_[i] + (1.0f - kBeta1) * g[i];
-      v_[i] = kBeta2 * v_[i] + (1.0f - kBeta2) * g[i].cwiseAbs2();
-      p[i].array() -= static_cast<float>(rate_ / c1) * m_[i].array() /
-                      ((v_[i].array() / static_cast<float>(c2)).sqrt() + kEpsilon);
-    }
-  }
-
-private:
-  static constexpr float kBeta1 = 0.9f, kBeta2 = 0.999f, kEpsilon = 1e-8f;
-  double rate_;
-  int t_ = 0;
-  kfac::Params m_, v_;
-};
-
 // One Adam step's gradient from the training kernel: L_rel plus the conv1 penalty, both summed
 // over the batch; the penalty weight is per (schedule, stage, channel) so it does not grow with
 // the pipeline.
 kfac::Params adam_gradient(const TrainingData &data, const kfac::Params &params,
                            const kfac::Batch &batch, const TrainOptions &o,
                            kernels::CostModelTrainOutputs &out) {
-  const PipelineData &p = data.pipelines.at(static_cast<int>(batch.inputs(0, 0)));
-  std::vector<int> schedules(batch.inputs.rows());
-  for (Eigen::Index n = 0; n < batch.inputs.rows(); ++n)
-    schedules[n] = static_cast<int>(batch.inputs(n, 1));
+  const ScheduleBatch which = schedules_of(batch, data, "train (Adam)");
+  const PipelineData &p = data.pipelines[which.pipeline];
+  const std::vector<int> &schedules = which.schedules;
   const int B = static_cast<int>(schedules.size());
   const Weights w = weights_from_params(params, data.schedule_features);
   Buffer<float> runtimes(B), cotangent(B);
@@ -156,53 +132,9 @@ kfac::OptimizerOptions kfac_options(const TrainOptions &o, int steps_per_epoch) 
 
 } // namespace
 
-double scheduled_kfac_rate(const TrainOptions &o, int step, int total_steps) {
-  if (!o.kfac_final_rate || total_steps <= 1)
-    return o.kfac_rate;
-  const double f = std::min(1.0, static_cast<double>(step) / (total_steps - 1));
-  return *o.kfac_final_rate + 0.5 * (o.kfac_rate - *o.kfac_final_rate) * (1.0 + std::cos(M_PI * f));
-}
-
-OptimizerKind parse_optimizer(const std::string &text) {
-  if (text == "kfac")
-    return OptimizerKind::kfac;
-  if (text == "adam")
-    return OptimizerKind::adam;
-  throw Error("--optimizer: expected 'kfac' or 'adam', got '" + text + "'");
-}
-
 Weights train(const TrainingData &data, const Weights &initial, const TrainOptions &o,
               const std::function<void(const EpochRecord &)> &on_epoch) {
-  if (o.epochs < 0)
-    throw Error("--epochs must be >= 0, got " + std::to_string(o.epochs));
-  if (o.batch_size < 2)
-    throw Error("--batch_size must be >= 2, got " + std::to_string(o.batch_size));
-  if (o.schedules_per_visit < 0)
-    throw Error("--schedules_per_visit must be >= 0, got " + std::to_string(o.schedules_per_visit));
-  if (o.kfac_inverse_period < 1)
-    throw Error("--kfac_inverse_period must be >= 1, got " + std::to_string(o.kfac_inverse_period));
-  if (o.kfac_final_rate) {
-    if (!(*o.kfac_final_rate > 0) || !std::isfinite(*o.kfac_final_rate)) {
-      throw Error("--kfac_final_rate must be finite and > 0 (or 0 for a constant rate), got " +
-                  std::to_string(*o.kfac_final_rate));
-    }
-    if (o.kfac_adaptive)
-      throw Error("--kfac_final_rate schedules a fixed rate; --kfac_adaptive computes its own");
-  }
-  if (o.kfac_curvature_period < 1) {
-    throw Error("--kfac_curvature_period must be >= 1, got " +
-                std::to_string(o.kfac_curvature_period));
-  }
-  if (!(o.top_choice_weight >= 0) || !std::isfinite(o.top_choice_weight)) {
-    throw Error("--top_choice_weight must be finite and >= 0, got " +
-                std::to_string(o.top_choice_weight));
-  }
-  if (o.top_choice_weight > 0 && o.optimizer != OptimizerKind::kfac)
-    throw Error("--top_choice_weight is a K-FAC loss term; Adam trains on L_rel alone");
-  if (!(o.top_choice_temperature > 0) || !std::isfinite(o.top_choice_temperature)) {
-    throw Error("--top_choice_temperature must be finite and > 0, got " +
-                std::to_string(o.top_choice_temperature));
-  }
+  validate(o);
   if (initial.schedule_features() != data.schedule_features) {
     throw Error("the initial weights have S = " + std::to_string(initial.schedule_features()) +
                 " schedule features, the samples " + std::to_string(data.schedule_features));
@@ -221,7 +153,7 @@ Weights train(const TrainingData &data, const Weights &initial, const TrainOptio
 
   CostModelNet net(data, o.num_cores, o.device);
   std::unique_ptr<kfac::Optimizer> kfac_opt;
-  std::unique_ptr<Adam> adam;
+  std::unique_ptr<kfac::Adam> adam;
   if (o.optimizer == OptimizerKind::kfac) {
     kfac::ValueFunction value = [o](const kfac::Matrix &outputs, const kfac::Batch &batch,
                                     kfac::ValueContext &ctx) {
@@ -235,7 +167,7 @@ Weights train(const TrainingData &data, const Weights &initial, const TrainOptio
     kfac_opt =
         std::make_unique<kfac::Optimizer>(net, value, kfac_options(o, stream.steps_per_epoch()));
   } else {
-    adam = std::make_unique<Adam>(params, o.rate);
+    adam = std::make_unique<kfac::Adam>(o.rate);
   }
   kernels::CostModelTrainOutputs scratch;
   const std::function<kfac::Batch()> next = [&] { return stream.next(); };

@@ -1,15 +1,15 @@
-// Adam's update with bias-corrected moments, in Eigen on the parameter lists: the baseline the
-// apps compare K-FAC with uses no kernel of its own, so only the optimizer differs.
-#include "adam.h"
+// Adam's update with bias-corrected moments, in Eigen on the parameter lists: the baseline uses no
+// kernel of its own.
+#include "hkfac/kfac/adam.h"
 
 #include <cmath>
 
-namespace hkfac::apps {
+namespace hkfac::kfac {
 
-void Adam::step(kfac::Params &params, const kfac::Params &grad) {
-  kfac::check_same_shapes(params, grad, "Adam::step 'grad'");
+void Adam::step(Params &params, const Params &grad) {
+  check_same_shapes(params, grad, "Adam::step 'grad'");
   if (m_.empty()) {
-    m_ = kfac::zeros_like(params);
+    m_ = zeros_like(params);
     v_ = m_;
   }
   ++t_;
@@ -22,4 +22,4 @@ void Adam::step(kfac::Params &params, const kfac::Params &grad) {
   }
 }
 
-} // namespace hkfac::apps
+} // namespace hkfac::kfac

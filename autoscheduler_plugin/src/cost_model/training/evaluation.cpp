@@ -1,12 +1,12 @@
 // Predictions and scores of a cost model on held-out or training schedules.
-#include "evaluation.h"
+#include "hkfac/cost_model/evaluation.h"
 
 #include <algorithm>
 #include <cmath>
 
-#include "cost_model_net.h"
+#include "hkfac/cost_model/network.h"
+#include "hkfac/cost_model/relative_throughput_loss.h"
 #include "hkfac/kernels/cost_model.h"
-#include "relative_throughput_loss.h"
 
 namespace hkfac::cost_model {
 

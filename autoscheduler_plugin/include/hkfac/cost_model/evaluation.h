@@ -3,9 +3,9 @@
 
 #include <vector>
 
+#include "hkfac/cost_model/training_data.h"
 #include "hkfac/cost_model/weights.h"
 #include "hkfac/device.h"
-#include "training_data.h"
 
 namespace hkfac::cost_model {
 

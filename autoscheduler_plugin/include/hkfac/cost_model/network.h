@@ -4,11 +4,11 @@
 
 #include <vector>
 
+#include "hkfac/cost_model/training_data.h"
 #include "hkfac/cost_model/weights.h"
 #include "hkfac/device.h"
 #include "hkfac/kernels/cost_model.h"
 #include "hkfac/kfac/model.h"
-#include "training_data.h"
 
 namespace hkfac::cost_model {
 
@@ -25,10 +25,7 @@ kfac::Params params_from_weights(const Weights &w);
 kernels::CostModelWeights kernel_weights(const Weights &w);
 Weights weights_from_params(const kfac::Params &p, int schedule_features);
 
-// A batch is some schedules of one pipeline: Batch::inputs is B x 2 (pipeline index into the
-// TrainingData, schedule index), Batch::targets the B x 1 runtimes in ms.
-kfac::Batch make_batch(const TrainingData &data, int pipeline, const std::vector<int> &schedules);
-
+// Batches name their schedules (schedule_batch.h).
 // Tags (stages play the role of conv2d locations, their number varying per pipeline):
 //  - "head1" generic: its filter goes through a sigmoid, so it is not linear in its parameters;
 //    it records per-example gradients (B x 2248) for a diagonal block;

@@ -1,4 +1,4 @@
-// Layer-tag helpers shared by the estimator and the curvature blocks.
+// model.h's helpers: layer-tag kinds, sizes and per-example gradients; a model's zero params.
 #include "hkfac/kfac/model.h"
 
 #include "hkfac/error.h"

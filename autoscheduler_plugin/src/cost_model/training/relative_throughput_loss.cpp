@@ -1,5 +1,5 @@
 // The relative-throughput loss: values, exact gradient, Gauss–Newton curvature and its factor.
-#include "relative_throughput_loss.h"
+#include "hkfac/cost_model/relative_throughput_loss.h"
 
 #include <algorithm>
 #include <cmath>
