@@ -37,13 +37,13 @@ bool classify(std::string_view name, Op &op) {
   return false;
 }
 
-// The layers of every live session and the global callback, installed while any session
-// captures. A call is matched by its weight's storage (a weight and its transpose share it), read
+// The layers of every live capture and the global callback, installed while any capture is
+// on. A call is matched by its weight's storage (a weight and its transpose share it), read
 // at the call: Module::load and to() give a parameter new storage under the same TensorImpl.
 struct Registry {
   std::mutex mutex;
   std::vector<std::weak_ptr<LayerState>> layers;
-  int capturing_sessions = 0;
+  int enabled_captures = 0;
   at::CallbackHandle handle = 0;
 };
 Registry &registry() {
@@ -185,14 +185,14 @@ void on_end(const at::RecordFunction &fn, at::ObserverContext *base) {
 
 } // namespace
 
-CaptureSession::CaptureSession(std::vector<std::shared_ptr<LayerState>> layers)
+LayerCapture::LayerCapture(std::vector<std::shared_ptr<LayerState>> layers)
     : layers_(std::move(layers)) {
   Registry &r = registry();
   std::lock_guard<std::mutex> lock(r.mutex);
   r.layers.insert(r.layers.end(), layers_.begin(), layers_.end());
 }
 
-CaptureSession::~CaptureSession() {
+LayerCapture::~LayerCapture() {
   set_enabled(false);
   Registry &r = registry();
   std::lock_guard<std::mutex> lock(r.mutex);
@@ -205,7 +205,7 @@ CaptureSession::~CaptureSession() {
                  r.layers.end());
 }
 
-void CaptureSession::set_enabled(bool on) {
+void LayerCapture::set_enabled(bool on) {
   if (on == enabled_)
     return;
   enabled_ = on;
@@ -213,11 +213,11 @@ void CaptureSession::set_enabled(bool on) {
   std::lock_guard<std::mutex> lock(r.mutex);
   for (const auto &layer : layers_)
     layer->capturing.store(on);
-  if (on && r.capturing_sessions++ == 0) {
+  if (on && r.enabled_captures++ == 0) {
     at::RecordFunctionCallback callback(&on_start, &on_end);
     callback.needsInputs(true).needsOutputs(true).scopes({at::RecordScope::FUNCTION});
     r.handle = at::addGlobalCallback(std::move(callback));
-  } else if (!on && --r.capturing_sessions == 0) {
+  } else if (!on && --r.enabled_captures == 0) {
     at::removeCallback(r.handle);
     r.handle = 0;
   }

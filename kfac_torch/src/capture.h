@@ -13,8 +13,8 @@ namespace hkfac::kfac_torch::detail {
 //
 // LibTorch's C++ modules have no forward hooks. What every module call does go through is the
 // dispatcher, and at::RecordFunction callbacks observe each operator call there with its inputs
-// and outputs (the profiler's mechanism). One global callback, installed while any session
-// captures, recognises a layer's call by its weight's storage: aten::linear (weight argument),
+// and outputs (the profiler's mechanism). One global callback, installed while any capture is
+// on, recognises a layer's call by its weight's storage: aten::linear (weight argument),
 // aten::addmm / aten::matmul (the weight's transpose: what torch::nn::functional::linear calls),
 // aten::conv2d, aten::embedding. Calls nested inside a recognised one (linear's addmm, conv2d's
 // convolution) are not seen again. The callback keeps the call's input in a LayerCall and
@@ -22,12 +22,12 @@ namespace hkfac::kfac_torch::detail {
 // backward and hands both to LayerState::accumulate.
 //
 // The hook holds the layer weakly, so a graph that outlives the preconditioner does no harm.
-class CaptureSession {
+class LayerCapture {
 public:
-  explicit CaptureSession(std::vector<std::shared_ptr<LayerState>> layers);
-  ~CaptureSession();
-  CaptureSession(const CaptureSession &) = delete;
-  CaptureSession &operator=(const CaptureSession &) = delete;
+  explicit LayerCapture(std::vector<std::shared_ptr<LayerState>> layers);
+  ~LayerCapture();
+  LayerCapture(const LayerCapture &) = delete;
+  LayerCapture &operator=(const LayerCapture &) = delete;
 
   void set_enabled(bool on);
   bool enabled() const { return enabled_; }

@@ -120,7 +120,7 @@ Preconditioner::Preconditioner(torch::nn::Module &model, PreconditionerOptions o
                 std::to_string(options_.factor_decay));
   check_damping(options_.damping);
   discover(model);
-  capture_ = std::make_unique<detail::CaptureSession>(layers_);
+  capture_ = std::make_unique<detail::LayerCapture>(layers_);
   set_capture(true);
 }
 

@@ -64,7 +64,7 @@ struct UnhandledModule {
 
 namespace detail {
 struct LayerState;
-class CaptureSession;
+class LayerCapture;
 } // namespace detail
 
 // The K-FAC preconditioner of a torch::nn::Module, as a step before any torch::optim optimizer:
@@ -169,7 +169,7 @@ private:
   size_t num_preconditioned_ = 0;
   int64_t steps_ = 0;
   double inverse_damping_ = -1.0;
-  std::unique_ptr<detail::CaptureSession> capture_;
+  std::unique_ptr<detail::LayerCapture> capture_;
 };
 
 } // namespace hkfac::kfac_torch
