@@ -13,6 +13,18 @@ if (TARGET hkfac_autoschedule)
 endif ()
 # Both trees merge into include/hkfac: the runtime's headers and hkfac/kfac/.
 install(DIRECTORY runtime/include/hkfac kfac/include/hkfac DESTINATION ${CMAKE_INSTALL_INCLUDEDIR})
+# K-FAC for LibTorch models (hkfac::kfac_torch), where LibTorch was found; the package config then
+# finds Torch for its users, and only then (HKFAC_KFAC_TORCH).
+if (TARGET hkfac_kfac_torch)
+  set(HKFAC_KFAC_TORCH ON)
+  install(TARGETS hkfac_kfac_torch EXPORT hkfacTargets
+          LIBRARY DESTINATION ${CMAKE_INSTALL_LIBDIR}
+          ARCHIVE DESTINATION ${CMAKE_INSTALL_LIBDIR}
+          RUNTIME DESTINATION ${CMAKE_INSTALL_BINDIR})
+  install(DIRECTORY kfac_torch/include/hkfac DESTINATION ${CMAKE_INSTALL_INCLUDEDIR})
+else ()
+  set(HKFAC_KFAC_TORCH OFF)
+endif ()
 
 install(EXPORT hkfacTargets NAMESPACE hkfac:: DESTINATION ${CMAKE_INSTALL_LIBDIR}/cmake/hkfac)
 configure_package_config_file(cmake/hkfacConfig.cmake.in

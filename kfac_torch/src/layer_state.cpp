@@ -13,6 +13,7 @@
 #include "hkfac/kernels/precondition.h"
 #include "hkfac/kfac/blocks/dense_two_kronecker_factored.h"
 #include "tensor_buffer.h"
+#include "torch_threads.h"
 
 namespace hkfac::kfac_torch::detail {
 namespace {
@@ -63,6 +64,7 @@ void eigen_decompose(const Eigen::MatrixXd &m, torch::Tensor &q, torch::Tensor &
 
 // C = op(A)·op(B) on the gemm kernel; C must be allocated.
 void gemm_into(torch::Tensor &c, const torch::Tensor &a, bool ta, const torch::Tensor &b, bool tb) {
+  KernelsOnTorchThreads pool;
   Buffer<float> cb = buffer_of(c, "gemm output");
   kernels::gemm(cb, buffer_of(a, "gemm left"),
                 ta ? kernels::Transpose::yes : kernels::Transpose::no, buffer_of(b, "gemm right"),
@@ -87,6 +89,7 @@ void LayerState::reset_statistics() {
 
 void LayerState::accumulate(const LayerCall &call, const torch::Tensor &output_grad) {
   torch::NoGradGuard no_grad;
+  KernelsOnTorchThreads pool;
   torch::Tensor x, dy;
   double scale = 1.0;
   int64_t a_rows_added = 0;
@@ -235,6 +238,29 @@ void LayerState::invert(double damping, bool exact) {
   have_inverse = true;
 }
 
+std::vector<torch::Tensor *> LayerState::inverse_tensors(bool exact, bool allocate) {
+  const bool emb = kind == LayerKind::embedding;
+  std::vector<std::pair<torch::Tensor *, std::vector<int64_t>>> parts;
+  if (exact) {
+    if (!emb)
+      parts.push_back({&q_a, {a_dim, a_dim}});
+    parts.push_back({&lambda_a, {a_dim}});
+    parts.push_back({&q_g, {g_dim, g_dim}});
+    parts.push_back({&lambda_g, {g_dim}});
+  } else {
+    parts.push_back(
+        {&a_inv, emb ? std::vector<int64_t>{a_dim} : std::vector<int64_t>{a_dim, a_dim}});
+    parts.push_back({&g_inv, {g_dim, g_dim}});
+  }
+  std::vector<torch::Tensor *> result;
+  for (auto &[t, sizes] : parts) {
+    if (allocate)
+      *t = torch::empty(sizes, torch::kFloat);
+    result.push_back(t);
+  }
+  return result;
+}
+
 torch::Tensor LayerState::stack(const std::vector<torch::Tensor> &grads) const {
   const torch::Tensor &gw = grads.at(0);
   torch::Tensor w;
@@ -264,6 +290,7 @@ std::vector<torch::Tensor> LayerState::unstack(const torch::Tensor &u) const {
 std::vector<torch::Tensor> LayerState::multiply(const std::vector<torch::Tensor> &grads, int exp,
                                                 double damping, bool exact) const {
   torch::NoGradGuard no_grad;
+  KernelsOnTorchThreads pool;
   if (exp != -1 && exp != 1)
     throw Error("kfac_torch: multiply: 'exp' must be -1 or +1, got " + std::to_string(exp));
   const torch::Tensor v = stack(grads);

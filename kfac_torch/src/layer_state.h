@@ -70,6 +70,9 @@ struct LayerState {
   torch::Tensor factor_a() const;
   torch::Tensor factor_g() const;
   void invert(double damping, bool exact);
+  // The tensors of the cached inverse on the given route (to move one between ranks), with fresh
+  // ones of their sizes when `allocate` (on a rank about to receive it).
+  std::vector<torch::Tensor *> inverse_tensors(bool exact, bool allocate);
   // {∇W, ∇b} -> F̂^exp {∇W, ∇b} (new tensors shaped like the parameters); exp -1 uses the cached
   // inverse, +1 applies A ⊗ G + γI from the current estimate.
   std::vector<torch::Tensor> multiply(const std::vector<torch::Tensor> &grads, int exp,

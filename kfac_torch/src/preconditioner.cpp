@@ -11,6 +11,7 @@
 #include <unordered_set>
 
 #include "capture.h"
+#include "data_parallel.h"
 #include "hkfac/error.h"
 #include "layer_state.h"
 
@@ -120,6 +121,20 @@ Preconditioner::Preconditioner(torch::nn::Module &model, PreconditionerOptions o
                 std::to_string(options_.factor_decay));
   check_damping(options_.damping);
   discover(model);
+  if (options_.communicator && options_.communicator->size() > 1) {
+    parallel_ = std::make_unique<detail::DataParallel>(
+        options_.communicator, options_.loss_reduction, options_.distributed_inverses);
+    int64_t elements = 0;
+    for (const torch::Tensor &p : params_)
+      elements += p.numel();
+    // What decides the sizes and order of the collectives of a step, packed into one number.
+    const int64_t options_code = (int64_t{options_.factor_update_period} << 32) ^
+                                 (int64_t{options_.inverse_update_period} << 3) ^
+                                 (options_.use_exact_inverses ? 1 : 0) ^
+                                 (options_.distributed_inverses ? 2 : 0) ^
+                                 (options_.loss_reduction == LossReduction::sum ? 4 : 0);
+    parallel_->check_same_model(static_cast<int64_t>(layers_.size()), elements, options_code);
+  }
   capture_ = std::make_unique<detail::LayerCapture>(layers_);
   set_capture(true);
 }
@@ -190,20 +205,31 @@ void Preconditioner::set_capture(bool on) { capture_->set_enabled(on && !layers_
 void Preconditioner::step() { step(options_.damping); }
 
 void Preconditioner::step(double damping) {
+  check_damping(damping);
+  average_gradients();
   update_curvature(damping);
   precondition_grads();
 }
 
+void Preconditioner::set_batch_rows(int64_t rows) {
+  if (rows < 1)
+    throw Error("kfac_torch: set_batch_rows: 'rows' must be >= 1, got " + std::to_string(rows));
+  if (parallel_)
+    parallel_->set_batch_rows(rows);
+}
+
+void Preconditioner::average_gradients() {
+  if (parallel_)
+    parallel_->average_gradients(params_);
+}
+
+std::vector<double> Preconditioner::global_losses(std::vector<double> shard_losses) const {
+  return parallel_ ? parallel_->global_losses(std::move(shard_losses)) : shard_losses;
+}
+
 void Preconditioner::update_curvature(double damping) {
   check_damping(damping);
-  for (const auto &layer : layers_) {
-    std::lock_guard<std::mutex> lock(layer->mutex);
-    if (!layer->capture_error.empty()) {
-      const std::string e = layer->capture_error;
-      layer->capture_error.clear();
-      throw Error("kfac_torch: capturing layer '" + layer->name + "' failed: " + e);
-    }
-  }
+  check_captures();
   if (steps_ % options_.factor_update_period == 0)
     fold_captured();
   refresh_inverses(damping);
@@ -211,16 +237,40 @@ void Preconditioner::update_curvature(double damping) {
   set_capture(steps_ % options_.factor_update_period == 0);
 }
 
+void Preconditioner::check_captures() {
+  // The first failure is reported; every layer's is cleared, so the next step starts afresh.
+  std::string error;
+  for (const auto &layer : layers_) {
+    std::lock_guard<std::mutex> lock(layer->mutex);
+    if (!layer->capture_error.empty() && error.empty())
+      error = "kfac_torch: capturing layer '" + layer->name + "' failed: " + layer->capture_error;
+    layer->capture_error.clear();
+  }
+  if (parallel_)
+    parallel_->check_captures(error);
+  else if (!error.empty())
+    throw Error(error);
+}
+
 void Preconditioner::fold_captured() {
+  if (parallel_)
+    parallel_->sum_statistics(layers_);
   for (const auto &layer : layers_)
     layer->fold(options_.factor_decay);
 }
 
 void Preconditioner::refresh_inverses(double damping) {
   const bool due = steps_ % options_.inverse_update_period == 0 || damping != inverse_damping_;
-  for (const auto &layer : layers_) {
-    if (due || !layer->have_inverse)
-      layer->invert(damping, options_.use_exact_inverses);
+  std::vector<size_t> stale;
+  for (size_t i = 0; i < layers_.size(); ++i) {
+    if (due || !layers_[i]->have_inverse)
+      stale.push_back(i);
+  }
+  if (parallel_) {
+    parallel_->invert(layers_, stale, damping, options_.use_exact_inverses);
+  } else {
+    for (size_t i : stale)
+      layers_[i]->invert(damping, options_.use_exact_inverses);
   }
   inverse_damping_ = damping;
 }

@@ -14,3 +14,7 @@ run("${CMAKE_COMMAND}" --build "${WORK}")
 run("${WORK}/downstream_demo")
 run("${WORK}/downstream_kfac")
 run("${WORK}/downstream_autoscheduled")
+# A build with LibTorch must install hkfac::kfac_torch usably.
+if (WITH_KFAC_TORCH)
+  run("${WORK}/downstream_kfac_torch")
+endif ()

@@ -68,6 +68,13 @@ struct KfacStepStats {
 //  4. KL clip: u ← min(1, sqrt(C / (lr²·⟨u, g⟩)))·u;
 //  5. Δ = −lr·u + μ·v; v ← Δ; θ ← θ + Δ, in place;
 //  6. adaptive damping: every interval steps, ρ from the closure's loss at θ + Δ, and γ updated.
+//
+// Data parallel (options.preconditioner.communicator; the contract is at Preconditioner): step 1
+// averages the gradients across ranks, so g, u, the KL clip's ⟨u, g⟩, Δ and the quadratic model
+// are the global batch's and the same on every rank; the two losses of ρ are the shards' losses
+// (those given to step() and returned by the closure on each rank's own shard), reduced to the
+// global batch's (rows-weighted mean, or sum). Every rank thus takes the same step and the same
+// damping decision. A rank's shard rows: set_batch_rows().
 class KfacOptimizer {
 public:
   KfacOptimizer(torch::nn::Module &model, KfacOptimizerOptions options);
@@ -78,6 +85,8 @@ public:
   // `closure` returns L at the parameters it is called at (θ + Δ: called after the update, on
   // the steps that measure ρ).
   KfacStepStats step(double loss, const std::function<double()> &closure);
+  // Data parallel: the rows of this rank's shard (Preconditioner::set_batch_rows).
+  void set_batch_rows(int64_t rows) { preconditioner_.set_batch_rows(rows); }
 
   const KfacOptimizerOptions &options() const { return options_; }
   Preconditioner &preconditioner() { return preconditioner_; }

@@ -11,6 +11,8 @@
 #include <string>
 #include <vector>
 
+#include "hkfac/kfac/communicator.h"
+
 namespace hkfac::kfac_torch {
 
 // How the user's loss reduces over the batch. K-FAC's G factor is the covariance of the
@@ -44,6 +46,13 @@ struct PreconditionerOptions {
   LossReduction loss_reduction = LossReduction::mean;
   // Where the one message about layers left to the base optimizer goes (std::cerr when unset).
   std::function<void(const std::string &)> log;
+  // Data parallelism: the group of processes that train the model together, each on its shard of
+  // the global batch (see Preconditioner, "Data parallel"); null, or a group of one, is one
+  // process. kfac::mpi_world_communicator() gives every rank of an MPI job.
+  std::shared_ptr<kfac::Communicator> communicator;
+  // With a communicator: each layer's inverse (or eigendecomposition) is computed on rank
+  // (layer index % ranks) only and broadcast, instead of on every rank.
+  bool distributed_inverses = false;
 };
 
 // A layer K-FAC preconditions: its module name and kind, and its factors' sizes (A is
@@ -65,6 +74,7 @@ struct UnhandledModule {
 namespace detail {
 struct LayerState;
 class LayerCapture;
+class DataParallel;
 } // namespace detail
 
 // The K-FAC preconditioner of a torch::nn::Module, as a step before any torch::optim optimizer:
@@ -105,6 +115,26 @@ class LayerCapture;
 // steps refreshes the damped inverses, then replaces each handled layer's gradient with the
 // preconditioned one, in place. A layer with no estimate yet keeps its gradient.
 //
+// Data parallel. With options.communicator of two or more ranks, every rank builds the same model
+// (same initial parameters), runs the user's forward and backward on its own shard of the global
+// batch (shards may differ in size) and calls step() on the same steps, with the same damping;
+// every rank then takes exactly the step one process would take on the whole batch, to float
+// rounding:
+//  - gradients of every parameter in params() (handled or not) are averaged across ranks, each
+//    shard weighted by its rows / the global rows under LossReduction::mean (a shard's mean loss
+//    gives that shard's mean gradient), summed under LossReduction::sum;
+//  - the captured factor statistics are summed across ranks with their row counts before they are
+//    folded into the moving averages, so the fold sees the global batch's statistics;
+//  - inverses are computed on every rank, or with distributed_inverses each on one rank and
+//    broadcast.
+// A rank's shard rows come from set_batch_rows(); where no rank called it the shards are taken as
+// equal. Every step is a fixed sequence of collectives (phases "control", "gradients",
+// "curvature", "inverses"; KfacOptimizer's losses "rho"), called by all ranks in the same order;
+// the constructor checks that the ranks agree on the layers, the parameters' sizes and the
+// options that decide that sequence. A failure on one rank (a capture error, a failed inverse) is
+// made known to all, which all throw. The state is the same on every rank, so save()/load() work
+// as in one process (every rank may load the same file).
+//
 // The preconditioner must not outlive the model. It is not copyable.
 class Preconditioner {
 public:
@@ -118,10 +148,18 @@ public:
   void step();
   void step(double damping);
 
-  // The two halves of step(), for KfacOptimizer: update the factors and inverses as step() does,
+  // The rows of this rank's shard of the global batch, for weighting its gradients (data
+  // parallel; without a communicator it has no effect). It holds until set again; rows >= 1. Set
+  // it on every rank or on none (none: equal shards); a mix is an error at the next step.
+  void set_batch_rows(int64_t rows);
+
+  // The phases of step(), for KfacOptimizer. average_gradients() replaces every .grad() of
+  // params() by the global batch's gradient (with a communicator; otherwise it does nothing).
+  // update_curvature() updates the factors and inverses as step() does,
   // then write F̂^exp g (exp -1: the preconditioned gradient; +1: the damped curvature applied to
   // g) for every handled layer into `out`, one tensor per parameter of params() (unhandled
   // parameters get g itself for -1 and nothing, zeros, for +1).
+  void average_gradients();
   void update_curvature(double damping);
   std::vector<torch::Tensor> multiply(const std::vector<torch::Tensor> &vectors, int exp,
                                       double damping) const;
@@ -130,6 +168,11 @@ public:
   const std::vector<torch::Tensor> &params() const { return params_; }
   // How many of params() belong to handled layers (the rest are left to the base optimizer).
   size_t num_preconditioned_params() const { return num_preconditioned_; }
+
+  // The global batch's value of per-shard losses: with a communicator, Σ_r weight_r·loss_r over
+  // ranks with the weights average_gradients() last used (rows / global rows, or 1 under
+  // LossReduction::sum); without one, the losses themselves. Collective.
+  std::vector<double> global_losses(std::vector<double> shard_losses) const;
 
   const std::vector<LayerInfo> &layers() const { return infos_; }
   const std::vector<UnhandledModule> &unhandled() const { return unhandled_; }
@@ -156,6 +199,7 @@ public:
 
 private:
   void discover(torch::nn::Module &model);
+  void check_captures();
   void fold_captured();
   void refresh_inverses(double damping);
   void precondition_grads();
@@ -170,6 +214,7 @@ private:
   int64_t steps_ = 0;
   double inverse_damping_ = -1.0;
   std::unique_ptr<detail::LayerCapture> capture_;
+  std::unique_ptr<detail::DataParallel> parallel_; // null in one process
 };
 
 } // namespace hkfac::kfac_torch
