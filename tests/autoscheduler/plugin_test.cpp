@@ -1540,6 +1540,54 @@ TEST_F(HkfacPlugin,
       << "40 random models did not vectorize the update along z and x of 24 cells and along z of 3";
 }
 
+
+// A 1-D reduction at root (a row sum: its one pure loop holds the vector lanes) runs its update
+// parallel in the tasks its pure stage has, as its features count it, and computes the sums a
+// plain loop computes, at the estimated size and at one no vector or task divides. Random models
+// must give it tasks (a tile that splits the rows).
+TEST_F(HkfacPlugin, ARowSumAtRootRunsItsUpdateInParallelTasks) {
+  ScopedEnv b("HL_BEAM_SIZE", "2");
+  ScopedEnv kinds("HKFAC_PLACEMENTS", "root");
+  int parallel = 0;
+  for (int seed = 1; seed <= 20 && parallel < 2; ++seed) {
+    const std::string sd = std::to_string(seed);
+    ScopedEnv w("HL_RANDOMIZE_WEIGHTS", sd.c_str());
+    ImageParam in(Float(32), 2, "in");
+    Func row_sum("row_sum"), out("out");
+    Var x("x"), y("y");
+    RDom r(0, in.dim(0).extent(), "r");
+    row_sum(y) = 0.0f;
+    row_sum(y) += in(r, y);
+    out(x, y) = in(x, y) - row_sum(y);
+    in.set_estimates({{0, 768}, {0, 1024}});
+    out.set_estimates({{0, 768}, {0, 1024}});
+    Pipeline pipe(out);
+    const std::string src = pipe.auto_schedule("Hkfac", kTarget, machine()).schedule_source;
+    SCOPED_TRACE(src);
+    const bool vectorized = src.find("row_sum.update(0).vectorize(y_v)") != std::string::npos;
+    const bool pure_parallel = std::regex_search(src, std::regex("row_sum\\.parallel\\("));
+    if (!vectorized || !pure_parallel)
+      continue;
+    EXPECT_NE(src.find("row_sum.update(0).parallel(y_t)"), std::string::npos)
+        << "a parallel row sum's update runs serial";
+    ++parallel;
+    for (auto [width, height] : {std::pair{768, 1024}, std::pair{801, 1043}}) {
+      Buffer<float> input(width, height);
+      input.for_each_element([&](int i, int j) { input(i, j) = std::sin(0.37f * i + 0.11f * j); });
+      in.set(input);
+      Buffer<float> got = pipe.realize({width, height}, kTarget);
+      for (int j = 0; j < height; ++j) {
+        double sum = 0;
+        for (int i = 0; i < width; ++i)
+          sum += input(i, j);
+        for (int i = 0; i < width; i += 7)
+          ASSERT_NEAR(got(i, j), input(i, j) - sum, 1e-3) << width << " x " << height << ": " << j;
+      }
+    }
+  }
+  EXPECT_EQ(parallel, 2) << "20 random models did not put a vectorized, parallel row sum at root";
+}
+
 } // namespace
 
 // An inlined Func's work is counted once per copy that survives Halide's common-subexpression

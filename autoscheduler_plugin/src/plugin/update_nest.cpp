@@ -90,6 +90,20 @@ UpdateNest inner_nest(const FuncNode &f, const StageNode &s, const FuncChoice &c
     UpdateLoop *l = find_loop(n.loops, n.blocked && outer.var == y ? y + "_o" : outer.var);
     l->kind = UpdateLoop::kParallel;
     n.tasks = l->extent;
+  } else if (c.placement == Placement::Root && !outer.is_rvar && vectorized &&
+             outer.pure_arg == lanes && c.parallel_dims > 0 && m.tasks > 1) {
+    // The outermost pure loop holds the lanes (a row sum's one loop): its vectors split into the
+    // pure stage's tasks, which the features count for this stage, rather than running serial.
+    UpdateLoop *l = find_loop(n.loops, x);
+    const double vectors = l->extent;
+    const double per_task = std::max(1.0, std::ceil(vectors / m.tasks));
+    if (vectors / per_task >= 2) {
+      n.splits.push_back({x, x + "_t", x + "_i", false, per_task});
+      l->var = x + "_i";
+      l->extent = per_task;
+      n.tasks = std::ceil(vectors / per_task);
+      n.loops.push_back({x + "_t", false, n.tasks, UpdateLoop::kParallel});
+    }
   }
   if (!n.blocked && n.vectors == 1 && c.unroll_rvars && s.loops[0].is_rvar &&
       s.loops[0].constant_extent && s.loops[0].rextent <= 8)

@@ -27,16 +27,17 @@ struct UpdateSplit {
   double factor = 1;
 };
 
-// An update stage's nest as apply_schedule issues it and the features count it. `order` is what
-// the stage gets of FuncChoice::update_order: an update without both an RVar and a pure loop
-// keeps Halide's order, and one whose outermost RVar cannot be split (its extent not a constant
-// of at least two splits) moves its RVars out whole. kRVarsInner reproduces the schedules before
-// the other orders existed: the vector lanes and blocked rows innermost, the RVars around them,
-// the pure loops over the whole region, the outermost one parallel. The tiled orders split the
-// pure loops by the Func's tile (Root Funcs; a scatter's only where the tile divides them) and
-// put, innermost first: lanes, blocked rows, the RVars that stay in, the tile's pure loops, the
-// RVars moved out, the tile loops (the outermost parallel). Blocked columns split the vector
-// loop once more: `x_v` lanes innermost, then `x_u`, the vectors side by side, unrolled.
+// An update stage's nest as apply_schedule issues it and the features count it. `order` is what the
+// stage gets of FuncChoice::update_order: an update without both an RVar and a pure loop keeps
+// Halide's order, and one whose outermost RVar cannot be split (its extent not a constant of at
+// least two splits) moves its RVars out whole. kRVarsInner reproduces the schedules before the
+// other orders existed: the vector lanes and blocked rows innermost, the RVars around them, the
+// pure loops over the whole region, the outermost one parallel (where it holds the lanes, as a 1-D
+// reduction's does, its vectors split into the pure stage's tasks). The tiled orders split the pure
+// loops by the Func's tile (Root Funcs; a scatter's only where the tile divides them) and put,
+// innermost first: lanes, blocked rows, the RVars that stay in, the tile's pure loops, the RVars
+// moved out, the tile loops (the outermost parallel). Blocked columns split the vector loop once
+// more: `x_v` lanes innermost, then `x_u`, the vectors side by side, unrolled.
 struct UpdateNest {
   UpdateOrder order = kRVarsInner;
   std::vector<UpdateSplit> splits;
