@@ -21,12 +21,16 @@ int do_par_for(void *user_context, halide_task_t task, int min, int size, uint8_
   // Halide reports the first failure it sees; the tasks after one still run, as in its pool.
   std::atomic<int> result{0};
   at::parallel_for(min, min + size, 1, [&](int64_t begin, int64_t end) {
+    // A parallel loop nested in this task stays on this pool too (run inline, as LibTorch runs a
+    // nested at::parallel_for), rather than waking Halide's.
+    ++t_depth;
     for (int64_t i = begin; i < end; ++i) {
       if (const int r = task(user_context, static_cast<int>(i), closure); r != 0) {
         int expected = 0;
         result.compare_exchange_strong(expected, r);
       }
     }
+    --t_depth;
   });
   return result.load();
 }
