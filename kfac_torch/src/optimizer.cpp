@@ -17,6 +17,9 @@ namespace {
 double dot(const std::vector<torch::Tensor> &a, const std::vector<torch::Tensor> &b) {
   double s = 0.0;
   for (size_t i = 0; i < a.size(); ++i) {
+    if (a[i].numel() != b[i].numel())
+      throw Error("KfacOptimizer: an inner product of tensors of " + std::to_string(a[i].numel()) +
+                  " and " + std::to_string(b[i].numel()) + " elements");
     if (a[i].scalar_type() != torch::kFloat || b[i].scalar_type() != torch::kFloat) {
       s += (a[i].to(torch::kDouble) * b[i].to(torch::kDouble)).sum().item<double>();
       continue;
