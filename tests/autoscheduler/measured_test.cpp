@@ -22,11 +22,13 @@
 
 #include "Halide.h"
 #include "beam_search.h"
+#include "candidates.h"
 #include "cost_model.h"
 #include "estimated_run.h"
 #include "hkfac/cost_model/tuning_cache.h"
 #include "hkfac/cost_model/weights.h"
 #include "host_cpu.h"
+#include "loop_nest_model.h"
 #include "machine_refit.h"
 #include "measured_selection.h"
 #include "pipeline_analysis.h"
@@ -174,6 +176,74 @@ TEST(MeasuredSelection, TheAllocationBoundCountsWhatItLeavesOut) {
   EXPECT_EQ(l.oversized_dropped, 0);
   EXPECT_EQ(u.oversized_dropped, 0);
   EXPECT_TRUE(l.best.front()->choices == u.best.front()->choices);
+}
+
+// A multichannel FIR filter over a long signal: a reduction over the taps whose buffer, computed
+// per parallel task, is a whole channel (256 KiB here) unless the schedule cuts it into pieces.
+struct Fir {
+  ImageParam signal{Float(32), 2, "signal"};
+  ImageParam taps{Float(32), 1, "taps"};
+  Func filtered{"filtered"}, out{"out"};
+  Var t{"t"}, c{"c"};
+  Fir() {
+    Func padded = BoundaryConditions::constant_exterior(signal, 0.0f);
+    RDom k(0, taps.dim(0).extent());
+    filtered(t, c) = 0.0f;
+    filtered(t, c) += taps(k) * padded(t + k - taps.dim(0).extent() / 2, c);
+    out(t, c) = filtered(t, c);
+    signal.set_estimates({{0, 1 << 16}, {0, 4}});
+    taps.set_estimates({{0, 31}});
+    out.set_estimates({{0, 1 << 16}, {0, 4}});
+  }
+  std::vector<Internal::Function> outputs() const { return {out.function()}; }
+};
+
+// The bytes of the largest buffer a Func computed inside another's loops allocates; 0 where
+// every computed Func is at root.
+double largest_piece(const PipelineAnalysis &dag, const State &s) {
+  LoopNestModel m(dag, s);
+  double largest = 0;
+  for (const FuncNode &f : dag.funcs) {
+    if (s.choices[f.id].placement != Placement::At)
+      continue;
+    double points = 1;
+    for (const auto &d : m.func(f.id).storage)
+      points *= std::max(1.0, d.extent());
+    largest = std::max(largest, points * f.bytes_per_point);
+  }
+  return largest;
+}
+
+// The cache-sized candidate computes the reduction in pieces within the bound (not at root, where
+// the bound would hold trivially), and measured selection times it even where it places the
+// Funcs as the model's pick does and only tiles them smaller.
+TEST(MeasuredSelection, TheCacheSizedCandidateComputesInPiecesWithinTheBound) {
+  Fir p;
+  const Target t = get_host_target();
+  const Parameters params = model_only_params(t);
+  PipelineAnalysis dag(p.outputs(), t);
+  CostModel model(dag, params);
+  const double bound = 32 * 1024;
+  StatePtr small = cache_sized_schedule(dag, model, params, bound);
+  ASSERT_TRUE(small);
+  ASSERT_TRUE(LoopNestModel(dag, *small).legal());
+  const int filtered = func_named(dag, "filtered");
+  ASSERT_GE(filtered, 0);
+  EXPECT_EQ(small->choices[filtered].placement, Placement::At);
+  EXPECT_GT(largest_piece(dag, *small), 0);
+  EXPECT_LE(largest_piece(dag, *small), bound);
+
+  StatePtr pick = beam_search(dag, model, params).best.front();
+  const int out = func_named(dag, "out");
+  auto smaller = std::make_shared<State>(*pick);
+  ASSERT_EQ(smaller->choices[out].placement, Placement::Root);
+  smaller->choices[out].tile[0] = std::max(16.0, smaller->choices[out].tile[0] / 4);
+  ASSERT_EQ(smaller->structure_hash(), pick->structure_hash());
+  ASSERT_FALSE(smaller->choices == pick->choices);
+  const std::vector<Candidate> chosen =
+      diverse_candidates(dag, model, params, {pick}, 3, {{smaller, "cache-sized"}});
+  ASSERT_GE(chosen.size(), 2u);
+  EXPECT_EQ(chosen[1].origin, "cache-sized");
 }
 
 TEST(MeasuredSelection, ACrashingCandidateCostsOnlyItself) {

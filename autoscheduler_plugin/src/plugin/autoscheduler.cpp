@@ -268,6 +268,8 @@ void autoschedule(const Pipeline &pipeline, const Target &target, const MachineP
         if (!u.best.empty())
           second.push_back({u.best.front(), "unbounded"});
       }
+      if (StatePtr small = cache_sized_schedule(dag, model, params))
+        second.push_back({small, "cache-sized"});
       const MeasuredSelection sel =
           select_by_measurement(dag, outputs, model, params, r.best, host, budget, second);
       chosen = sel.candidates[sel.chosen].state;

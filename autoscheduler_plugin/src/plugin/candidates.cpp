@@ -61,6 +61,18 @@ std::vector<StatePtr> restricted_search(const PipelineAnalysis &dag, CostModel &
 
 } // namespace
 
+StatePtr cache_sized_schedule(const PipelineAnalysis &dag, CostModel &model,
+                              const Parameters &params, double l1_bytes) {
+  Parameters p = params;
+  p.iteration_bytes = l1_bytes;
+  p.iteration_bytes_per_point = 0;
+  p.top_k = 1;
+  p.rollout = false;
+  p.time_limit_s = 0;
+  const SearchResult r = beam_search(dag, model, p);
+  return r.best.empty() ? nullptr : r.best.front();
+}
+
 std::vector<int> costliest_funcs(const PipelineAnalysis &dag, int k) {
   std::vector<std::pair<double, int>> work;
   for (const FuncNode &f : dag.funcs) {
@@ -115,10 +127,12 @@ std::vector<Candidate> diverse_candidates(const PipelineAnalysis &dag, CostModel
   };
   auto full_shape = [](const State &s) { return s.structure_hash(); };
   take(0);
+  // A second opinion that places the Funcs as an earlier candidate but tiles them otherwise is
+  // still another schedule (smaller pieces of the same placements are the cache-sized one's point).
   for (const Candidate &c : second_opinions) {
     bool seen = false;
     for (const Candidate &o : out)
-      seen = seen || full_shape(*o.state) == full_shape(*c.state);
+      seen = seen || o.state->choices == c.state->choices;
     if (!seen && static_cast<int>(out.size()) < count)
       out.push_back(c);
   }

@@ -33,6 +33,16 @@ std::vector<Candidate> diverse_candidates(const PipelineAnalysis &dag, CostModel
                                           const std::vector<StatePtr> &search_pool, int count,
                                           const std::vector<Candidate> &second_opinions = {});
 
+// The best schedule of a search that lets no Func computed inside another's loops allocate more
+// than `l1_bytes` in one iteration (params.iteration_bytes otherwise allows up to 128 KiB, or 8
+// bytes per point of the iteration): producers in pieces that stay in a core's L1 data cache
+// while their consumer reads them, as hand-written and Adams2019's schedules keep them. The
+// model rates such small pieces below large strips it was rarely shown running slow (a 1 MB
+// reduction buffer per parallel task: a 63-tap filter over 2^18 samples ran 2x slower so), so
+// measured selection times this schedule beside its pick. A small beam, as the held searches.
+StatePtr cache_sized_schedule(const PipelineAnalysis &dag, CostModel &model,
+                              const Parameters &params, double l1_bytes = 32 * 1024);
+
 // The Funcs whose placement defines a candidate's shape: the `k` with the most points times
 // operations at root (ties to the later Func), excluding outputs, whose placement is fixed.
 std::vector<int> costliest_funcs(const PipelineAnalysis &dag, int k);
