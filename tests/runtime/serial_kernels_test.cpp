@@ -83,6 +83,48 @@ TEST(SerialKernels, ScopesNestAndAnOffScopeChangesNothing) {
   EXPECT_FALSE(kernels_run_serially());
 }
 
+// A runner that counts the loops it is handed and runs them serially.
+std::atomic<int> g_runner_loops{0};
+int counting_runner(void *uc, ParallelLoopTask task, int min, int size, uint8_t *closure) {
+  ++g_runner_loops;
+  for (int i = min; i < min + size; ++i)
+    if (const int r = task(uc, i, closure); r != 0)
+      return r;
+  return 0;
+}
+
+// The innermost scope takes this thread's loops, whichever kind it is, and leaving it restores
+// the enclosing one; another thread's loops never reach this thread's runner.
+TEST(ParallelLoopScope, TheInnermostScopeTakesTheLoopsAndLeavingRestoresTheEnclosing) {
+  Visits v(8);
+  auto loop = [&] {
+    v.next = 0;
+    return halide_do_par_for(nullptr, visit, 0, 8, reinterpret_cast<uint8_t *>(&v));
+  };
+  g_runner_loops = 0;
+  {
+    const ParallelLoopScope counted(counting_runner);
+    EXPECT_EQ(current_parallel_loop_runner(), &counting_runner);
+    ASSERT_EQ(loop(), 0);
+    EXPECT_EQ(g_runner_loops.load(), 1);
+    {
+      const SerialKernels serial;
+      EXPECT_TRUE(kernels_run_serially());
+      ASSERT_EQ(loop(), 0);
+      EXPECT_EQ(g_runner_loops.load(), 1); // the serial scope, not the counting one
+    }
+    EXPECT_FALSE(kernels_run_serially());
+    ASSERT_EQ(loop(), 0);
+    EXPECT_EQ(g_runner_loops.load(), 2);
+    std::thread other([&] { EXPECT_EQ(loop(), 0); });
+    other.join();
+    EXPECT_EQ(g_runner_loops.load(), 2);
+  }
+  EXPECT_EQ(current_parallel_loop_runner(), nullptr);
+  ASSERT_EQ(loop(), 0);
+  EXPECT_EQ(g_runner_loops.load(), 2);
+}
+
 // A handler the program set before the first scope keeps receiving every call made outside a
 // scope, from this thread and others, and none made inside one, kernels' loops included.
 TEST(SerialKernels, CallsOutsideAScopeReachTheHandlerItReplaced) {
