@@ -239,6 +239,10 @@ def build_variant(cfg, v, args, target, work):
         env["HL_WEIGHTS_DIR"] = ":".join(files)
     if args.hkfac_beam and v.registered == "Hkfac":
         env["HL_BEAM_SIZE"] = str(args.hkfac_beam)
+    if v.registered == "Hkfac":
+        # Every candidate measured selection timed, with its origin and time, in generator.log:
+        # what a miss is diagnosed from (a few lines per pipeline).
+        env.setdefault("HL_DEBUG_AUTOSCHEDULE", "1")
     env.update(v.env)
     rc, secs, out = run(generator_command(cfg, v, args, target, out_dir), args.timeout, env=env)
     # What the scheduler said (Hkfac's measured candidates, its notes), kept beside the build.
