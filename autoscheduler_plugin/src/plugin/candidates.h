@@ -38,8 +38,9 @@ std::vector<Candidate> diverse_candidates(const PipelineAnalysis &dag, CostModel
 // bytes per point of the iteration): producers in pieces that stay in a core's L1 data cache
 // while their consumer reads them, as hand-written and Adams2019's schedules keep them. The
 // model rates such small pieces below large strips it was rarely shown running slow (a 1 MB
-// reduction buffer per parallel task: a 63-tap filter over 2^18 samples ran 2x slower so), so
-// measured selection times this schedule beside its pick. A small beam, as the held searches.
+// reduction buffer per parallel task: a 63-tap filter over 2^18 samples ran 1.6x slower so), so
+// measured selection times this schedule beside its pick. The main search's beam and passes: the
+// held searches' small beam ended with every Func at root there.
 StatePtr cache_sized_schedule(const PipelineAnalysis &dag, CostModel &model,
                               const Parameters &params, double l1_bytes = 32 * 1024);
 
