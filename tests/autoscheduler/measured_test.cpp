@@ -24,6 +24,7 @@
 #include "beam_search.h"
 #include "candidates.h"
 #include "cost_model.h"
+#include "apply_schedule.h"
 #include "estimated_run.h"
 #include "hkfac/cost_model/tuning_cache.h"
 #include "hkfac/cost_model/weights.h"
@@ -34,6 +35,7 @@
 #include "pipeline_analysis.h"
 #include "pipeline_fingerprint.h"
 #include "plugin_weights.h"
+#include "register_tiles.h"
 #include "schedule_features.h"
 #include "state_codec.h"
 
@@ -234,6 +236,10 @@ TEST(MeasuredSelection, TheCacheSizedCandidateComputesInPiecesWithinTheBound) {
   EXPECT_LE(largest_piece(dag, *small), bound);
 
   StatePtr pick = beam_search(dag, model, params).best.front();
+  // The plugin runs this search only where the pick's pieces outgrow the bound: this pick's do,
+  // the cache-sized schedule's do not.
+  EXPECT_GT(largest_iteration_bytes(dag, *pick), bound);
+  EXPECT_LE(largest_iteration_bytes(dag, *small), bound);
   const int out = func_named(dag, "out");
   auto smaller = std::make_shared<State>(*pick);
   ASSERT_EQ(smaller->choices[out].placement, Placement::Root);
@@ -406,7 +412,9 @@ TEST(StateCodec, RoundTripsAndRefusesWhatDoesNotFit) {
   const Parameters params = model_only_params(t);
   PipelineAnalysis dag(p.outputs(), t);
   auto [fast, slow] = fast_and_slow(dag, params);
-  for (const StatePtr &s : {fast, slow}) {
+  StatePtr tiled = register_tiled(dag, *fast, 2);
+  ASSERT_TRUE(tiled);
+  for (const StatePtr &s : {fast, slow, tiled}) {
     const std::string text = encode_state(*s);
     std::shared_ptr<State> back = decode_state(text, dag);
     ASSERT_TRUE(back);
@@ -414,6 +422,7 @@ TEST(StateCodec, RoundTripsAndRefusesWhatDoesNotFit) {
     EXPECT_EQ(state_hash(*back), state_hash(*s));
   }
   EXPECT_NE(state_hash(*fast), state_hash(*slow));
+  EXPECT_NE(state_hash(*fast), state_hash(*tiled));
   std::string text = encode_state(*fast);
   EXPECT_FALSE(decode_state(text.substr(0, text.size() / 2), dag));        // cut short
   EXPECT_FALSE(decode_state("hkfac-schedule 99 " + text.substr(17), dag)); // another format
@@ -423,6 +432,46 @@ TEST(StateCodec, RoundTripsAndRefusesWhatDoesNotFit) {
   extra.set_estimates({{0, 512}, {0, 256}});
   PipelineAnalysis bigger({extra.function()}, t);
   EXPECT_FALSE(decode_state(text, bigger)); // another count of Funcs
+}
+
+// A register-tiled schedule computes what the algorithm says, its tails included (the size is
+// neither the estimate nor a multiple of the rows), and its source unrolls the rows of every Func
+// that took the tile: a plain C++ reference checks every output point.
+TEST(RegisterTiles, UnrollRowsAndComputeWhatThePlainScheduleDoes) {
+  const Target t = get_host_target();
+  for (int which = 0; which < 2; ++which) {
+    Blur p;
+    const Parameters params = model_only_params(t);
+    PipelineAnalysis dag(p.outputs(), t);
+    CostModel model(dag, params);
+    // The model's pick, and the output with `heavy` at root tiled as it is.
+    StatePtr base = which == 0 ? beam_search(dag, model, params).best.front()
+                               : fast_and_slow(dag, params).first;
+    EXPECT_FALSE(register_tiled(dag, *base, 1));
+    StatePtr tiled = register_tiled(dag, *base, 4);
+    ASSERT_TRUE(tiled);
+    int rows = 0;
+    for (const FuncChoice &c : tiled->choices)
+      rows += c.pure_rows == 4;
+    EXPECT_GE(rows, 1);
+    const std::string src = apply_schedule(dag, *tiled, p.outputs(), true);
+    size_t unrolled = 0;
+    for (size_t at = src.find(".unroll("); at != std::string::npos; at = src.find(".unroll(", at + 1))
+      unrolled += src.compare(src.find_first_of(")", at) - 2, 2, "_r") == 0;
+    EXPECT_EQ(unrolled, static_cast<size_t>(rows)) << src;
+    Buffer<float> in(203, 131);
+    std::mt19937 rng(5);
+    std::uniform_real_distribution<float> u(0, 1);
+    in.for_each_value([&](float &v) { v = u(rng); });
+    p.in.set(in);
+    p.gain.set(2.0f);
+    Buffer<float> out = p.out.realize({203, 131}, get_jit_target_from_environment());
+    int wrong = 0;
+    for (int j = 0; j < out.height(); ++j)
+      for (int i = 0; i < out.width(); ++i)
+        wrong += std::abs(out(i, j) - Blur::expected(in, i, j, 2.0f)) > 1e-4f;
+    EXPECT_EQ(wrong, 0) << src;
+  }
 }
 
 // Halide names Funcs and Vars uniquely per process, so two builds of a pipeline in one process

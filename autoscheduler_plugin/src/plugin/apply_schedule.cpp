@@ -75,6 +75,18 @@ void vectorize_pure(ScheduleWriter &w, const FuncNode &f, const FuncModel &m, co
   w.loop_type(0, v + "_v", false, "vectorize");
 }
 
+// A register tile (FuncChoice::pure_rows) of a vectorized pure definition: the innermost loop of
+// dimension 1, `y`, split by the rows, the rows unrolled inside the loop over the vectors of
+// dimension 0 (`x`, whose lanes are `x`_v), so each vector is computed for all the rows at once.
+void register_tile(ScheduleWriter &w, const FuncNode &f, const FuncChoice &c, const FuncModel &m,
+                   const std::string &x, const std::string &y) {
+  if (c.pure_rows <= 1 || m.vector_width <= 1 || f.dims < 2)
+    return;
+  w.split(0, y, false, y, y + "_r", c.pure_rows, pure_tail(f, m.inner[1], c.pure_rows));
+  w.reorder(0, {{x + "_v", false}, {y + "_r", false}, {x, false}});
+  w.loop_type(0, y + "_r", false, "unroll");
+}
+
 void schedule_updates(ScheduleWriter &w, const FuncNode &f, const FuncChoice &c,
                       const FuncModel &m) {
   for (size_t i = 1; i < f.stages.size(); ++i) {
@@ -271,8 +283,12 @@ void schedule_root_pure(ScheduleWriter &w, const FuncNode &f, const FuncChoice &
     }
     w.loop_type(0, fused, false, "parallel");
   }
-  if (m.vector_width > 1 && f.dims > 0)
+  if (m.vector_width > 1 && f.dims > 0) {
     vectorize_pure(w, f, m, inner_split[0] ? args[0] + "_i" : args[0]);
+    if (f.dims > 1)
+      register_tile(w, f, c, m, inner_split[0] ? args[0] + "_i" : args[0],
+                    inner_split[1] ? args[1] + "_i" : args[1]);
+  }
 }
 
 // Applies one Func's decision on a GPU target.
@@ -332,8 +348,11 @@ std::string apply_schedule(const PipelineAnalysis &dag, const State &state,
         w.store_at(site.func, site.name,
                    outer_var(site, state.choices[c.at_func], model.func(c.at_func).region));
       w.store_in_stack();
-      if (m.vector_width > 1)
+      if (m.vector_width > 1) {
         vectorize_pure(w, f, m, f.func.args()[0], c.store_outer);
+        if (f.dims > 1)
+          register_tile(w, f, c, m, f.func.args()[0], f.func.args()[1]);
+      }
       schedule_updates(w, f, c, m);
       src << "\n";
       continue;

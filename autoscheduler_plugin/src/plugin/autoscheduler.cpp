@@ -128,7 +128,7 @@ void record_measurement(cost_model::TuningCache &cache, const std::string &key,
   best.model_ms = sel.timings[0].ok ? sel.timings[0].ms : 0;
   best.origin = chosen.origin;
   std::vector<cost_model::TuningCache::Sample> samples;
-  for (size_t i = 0; i < sel.candidates.size(); ++i) {
+  for (size_t i = 0; i < sel.sampled; ++i) {
     const Timing &t = sel.timings[i];
     if (!t.ok || !t.quiet)
       continue;
@@ -241,6 +241,7 @@ void autoschedule(const Pipeline &pipeline, const Target &target, const MachineP
     if (params.inject_failure == "search")
       plugin_check(false) << "injected failure in the search (HKFAC_INJECT_FAILURE)";
     const double budget = tune_budget(params, dag, host);
+    const auto t_tune = Clock::now();
     Parameters search_params = params;
     if (budget > 0)
       search_params.top_k = std::max(params.top_k, 64); // the pool candidates are drawn from
@@ -268,10 +269,21 @@ void autoschedule(const Pipeline &pipeline, const Target &target, const MachineP
         if (!u.best.empty())
           second.push_back({u.best.front(), "unbounded"});
       }
-      if (StatePtr small = cache_sized_schedule(dag, model, params))
-        second.push_back({small, "cache-sized"});
-      const MeasuredSelection sel =
+      // Where the pick's pieces fit already, the bounded search would follow it.
+      if (largest_iteration_bytes(dag, *chosen) > kCacheSizedBytes)
+        if (StatePtr small = cache_sized_schedule(dag, model, params))
+          second.push_back({small, "cache-sized"});
+      MeasuredSelection sel =
           select_by_measurement(dag, outputs, model, params, r.best, host, budget, second);
+      // What the first round left of the budget; by default no less than 40% of it or what
+      // three compiles of the chosen candidate on two cores and their timing take.
+      const double left = budget - seconds_since(t_tune);
+      const double compile_s = sel.measured ? sel.timings[sel.chosen].compile_s : 0;
+      refine_by_measurement(dag, outputs, params, host,
+                            params.tune_seconds > 0
+                                ? left
+                                : std::max({left, 0.4 * budget, 3.5 * compile_s}),
+                            sel);
       chosen = sel.candidates[sel.chosen].state;
       std::cerr << "Hkfac: " << sel.summary << "\n";
       for (size_t i = 0; i < sel.candidates.size(); ++i) {

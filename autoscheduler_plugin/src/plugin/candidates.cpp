@@ -7,6 +7,7 @@
 #include <tuple>
 
 #include "beam_search.h"
+#include "loop_nest_model.h"
 #include "search_space.h"
 
 namespace hkfac::sched {
@@ -60,6 +61,24 @@ std::vector<StatePtr> restricted_search(const PipelineAnalysis &dag, CostModel &
 }
 
 } // namespace
+
+double largest_iteration_bytes(const PipelineAnalysis &dag, const State &state) {
+  const LoopNestModel m(dag, state);
+  std::map<std::pair<int, int>, double> per_site; // (site, level): bytes
+  double largest = 0;
+  for (const FuncNode &f : dag.funcs) {
+    const FuncChoice &c = state.choices[f.id];
+    if (c.placement != Placement::At)
+      continue;
+    double points = 1;
+    for (const auto &d : m.func(f.id).storage)
+      points *= std::max(1.0, d.extent());
+    double &bytes = per_site[{c.at_func, static_cast<int>(c.at_level)}];
+    bytes += points * f.bytes_per_point;
+    largest = std::max(largest, bytes);
+  }
+  return largest;
+}
 
 StatePtr cache_sized_schedule(const PipelineAnalysis &dag, CostModel &model,
                               const Parameters &params, double l1_bytes) {

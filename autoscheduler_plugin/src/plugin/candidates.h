@@ -41,8 +41,13 @@ std::vector<Candidate> diverse_candidates(const PipelineAnalysis &dag, CostModel
 // reduction buffer per parallel task: a 63-tap filter over 2^18 samples ran 1.6x slower so), so
 // measured selection times this schedule beside its pick. The main search's beam and passes: the
 // held searches' small beam ended with every Func at root there.
+constexpr double kCacheSizedBytes = 32 * 1024;
 StatePtr cache_sized_schedule(const PipelineAnalysis &dag, CostModel &model,
-                              const Parameters &params, double l1_bytes = 32 * 1024);
+                              const Parameters &params, double l1_bytes = kCacheSizedBytes);
+
+// The most bytes that the Funcs computed inside one loop of another allocate together in one
+// iteration of it, over the loops of `state` (0 where every Func is inlined or at root).
+double largest_iteration_bytes(const PipelineAnalysis &dag, const State &state);
 
 // The Funcs whose placement defines a candidate's shape: the `k` with the most points times
 // operations at root (ties to the later Func), excluding outputs, whose placement is fixed.

@@ -19,6 +19,9 @@ struct MeasuredSelection {
   std::vector<Candidate> candidates;
   std::vector<Timing> timings;
   int chosen = 0;        // index of the fastest measured; 0 (the model's pick) when none ran
+  // The candidates [0, sampled) are the search's: their featurizations are what their timings
+  // teach the model. Refinements after them (register tiles) look the same to its features.
+  size_t sampled = 0;
   bool measured = false; // some candidate ran
   double seconds = 0;    // choosing the candidates, compiling and timing them
   std::string summary;   // one line for the user
@@ -45,5 +48,15 @@ MeasuredSelection select_by_measurement(const PipelineAnalysis &dag,
                                         const std::vector<StatePtr> &pool, const HostRun &host,
                                         double budget_s,
                                         const std::vector<Candidate> &second_opinions = {});
+
+// The second round: register-tiled variants (register_tiles.h) of the chosen candidate, 2 and 4
+// rows high, timed within `budget_s` beside the chosen one compiled again, so that they are
+// compared side by side. A variant replaces it only where it ran 3% faster there or more (two
+// timings of one schedule in one round differ by about that); the variants are
+// appended to `sel` (after `sel.sampled`), with a line added to its summary.
+void refine_by_measurement(const PipelineAnalysis &dag,
+                           const std::vector<Halide::Internal::Function> &outputs,
+                           const Parameters &params, const HostRun &host, double budget_s,
+                           MeasuredSelection &sel);
 
 } // namespace hkfac::sched

@@ -66,6 +66,11 @@ struct FuncChoice {
   // reads along dimension 0 are strided (a histogram of cells vectorized across its bins). The
   // pure definition and the storage stay as they are (see update_lanes in update_nest.h).
   int update_lanes = 0;
+  // Register tiling of the pure definition (see register_tiles.h): each vector of dimension 0 is
+  // computed for `pure_rows` rows of dimension 1 at once, unrolled, so values the rows share
+  // (a stencil's loads, an inlined producer's terms) are loaded or computed once. The model's
+  // features do not see it: measured selection alone chooses it. 1: no register tile.
+  int pure_rows = 1;
   UpdateOrder update_order = kRVarsInner;
   int rvar_split = 1; // kRVarSplit's factor
   // GPU targets (gpu_search_space.h). A device Root Func's `tile` is one block's extent per
@@ -82,7 +87,7 @@ struct FuncChoice {
            store_outer == o.store_outer && tile == o.tile && parallel_dims == o.parallel_dims && vectorize == o.vectorize &&
            unroll_rvars == o.unroll_rvars && update_rows == o.update_rows &&
            update_vectors == o.update_vectors && update_lanes == o.update_lanes &&
-           update_order == o.update_order && rvar_split == o.rvar_split && gpu == o.gpu &&
+           pure_rows == o.pure_rows && update_order == o.update_order && rvar_split == o.rvar_split && gpu == o.gpu &&
            threads == o.threads && reg == o.reg;
   }
 };

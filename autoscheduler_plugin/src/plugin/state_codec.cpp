@@ -18,7 +18,7 @@ std::string encode_state(const State &state) {
     out << " " << c.parallel_dims << " " << c.vectorize << " " << c.unroll_rvars << " "
         << c.update_rows << " " << c.update_vectors << " " << c.update_lanes << " "
         << static_cast<int>(c.update_order) << " " << c.rvar_split << " " << c.gpu << " "
-        << c.threads[0] << " " << c.threads[1] << " " << c.reg[0] << " " << c.reg[1] << "\n";
+        << c.threads[0] << " " << c.threads[1] << " " << c.reg[0] << " " << c.reg[1] << " " << c.pure_rows << "\n";
   }
   return out.str();
 }
@@ -50,9 +50,10 @@ std::shared_ptr<State> decode_state(const std::string &text, const PipelineAnaly
         return nullptr;
     if (!(in >> c.parallel_dims >> c.vectorize >> c.unroll_rvars >> c.update_rows >>
           c.update_vectors >> c.update_lanes >> order >> c.rvar_split >> c.gpu >> c.threads[0] >>
-          c.threads[1] >> c.reg[0] >> c.reg[1]))
+          c.threads[1] >> c.reg[0] >> c.reg[1] >> c.pure_rows))
       return nullptr;
-    if (order < 0 || order > kRVarSplit || c.placement == Placement::Undecided)
+    if (order < 0 || order > kRVarSplit || c.placement == Placement::Undecided || c.pure_rows < 1 ||
+        c.pure_rows > 16)
       return nullptr;
     c.update_order = static_cast<UpdateOrder>(order);
     // A compute_at site is a later Func (a consumer) of this pipeline.

@@ -14,7 +14,7 @@ namespace hkfac::sched {
 // (kScheduleFormat), so a decoded schedule belongs to the same Funcs; decoding still checks the
 // count of Funcs, every field's range and every compute_at site, and returns nullptr on any
 // mismatch rather than guess.
-constexpr int kScheduleFormat = 1;
+constexpr int kScheduleFormat = 2;
 
 std::string encode_state(const State &state);
 std::shared_ptr<State> decode_state(const std::string &text, const PipelineAnalysis &dag);
