@@ -1,6 +1,7 @@
 // Register-tiled variants of a schedule (see register_tiles.h).
 #include "register_tiles.h"
 
+#include <algorithm>
 #include <memory>
 
 #include "loop_nest_model.h"
@@ -22,11 +23,12 @@ StatePtr register_tiled(const PipelineAnalysis &dag, const State &state, int row
         (c.placement != Placement::Root && c.placement != Placement::At) ||
         m.inner.size() < 2 || m.inner[1] < 2.0 * rows)
       continue;
-    bool row_site = false; // an At Func other Funcs are computed in, per row
-    for (const FuncChoice &p : state.choices)
-      row_site = row_site || (p.placement == Placement::At && p.at_func == f.id &&
-                              c.placement == Placement::At);
-    if (row_site)
+    // An At Func is the row loop of the Funcs computed at it: its rows stay one at a time.
+    const auto computed_here = [&](const FuncChoice &p) {
+      return p.placement == Placement::At && p.at_func == f.id;
+    };
+    if (c.placement == Placement::At &&
+        std::any_of(state.choices.begin(), state.choices.end(), computed_here))
       continue;
     tiled->choices[f.id].pure_rows = rows;
     any = true;
